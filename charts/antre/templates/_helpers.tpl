@@ -1,0 +1,148 @@
+{{/*
+Helpers shared by all templates. Every define is prefixed "antre." so that it cannot collide
+with a define of the same name in a parent or sibling chart.
+*/}}
+
+{{/*
+The chart name. Cut at 63 characters: the DNS label limit of Kubernetes names and label values.
+*/}}
+{{- define "antre.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The full name, used as the prefix of every object name. "-redis" and similar suffixes are
+appended to it, so it is cut at 63 characters like any name, and the suffixed names are cut again.
+*/}}
+{{- define "antre.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+"chart-version", for the helm.sh/chart label ("+" is not allowed in label values).
+*/}}
+{{- define "antre.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Selector labels of one component. Call with (dict "ctx" $ "component" "operator").
+They are immutable on Deployments and StatefulSets, so they never include the chart version.
+*/}}
+{{- define "antre.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "antre.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/*
+All labels of one component's objects: the selector labels, the version labels and commonLabels.
+Call with (dict "ctx" $ "component" "operator").
+*/}}
+{{- define "antre.labels" -}}
+{{ include "antre.selectorLabels" . }}
+helm.sh/chart: {{ include "antre.chart" .ctx }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: antre
+{{- with .ctx.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+An image reference from an image block {repository, tag, digest}: the digest wins over the tag,
+and the tag defaults to the given default (the appVersion for our own images).
+Call with (dict "image" .Values.operator.image "defaultTag" .Chart.AppVersion).
+*/}}
+{{- define "antre.image" -}}
+{{- if .image.digest }}
+{{- printf "%s@%s" .image.repository .image.digest }}
+{{- else }}
+{{- printf "%s:%s" .image.repository (default .defaultTag .image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The container securityContext of every container the chart renders: what the "restricted"
+Pod Security Standard requires, plus a read-only root filesystem (writable paths get an emptyDir).
+*/}}
+{{- define "antre.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop:
+    - ALL
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/*
+The pod securityContext for a numeric non-root user. Call with the UID.
+*/}}
+{{- define "antre.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ . }}
+runAsGroup: {{ . }}
+fsGroup: {{ . }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/*
+The operator's ServiceAccount name.
+*/}}
+{{- define "antre.operator.serviceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create }}
+{{- default (include "antre.fullname" .) .Values.operator.serviceAccount.name }}
+{{- else }}
+{{- required "operator.serviceAccount.name is required when operator.serviceAccount.create is false" .Values.operator.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when the operator watches every namespace (no operator.watchNamespaces), else "".
+*/}}
+{{- define "antre.operator.clusterWide" -}}
+{{- if not .Values.operator.watchNamespaces }}true{{ end }}
+{{- end }}
+
+{{/*
+"true" when the operator runs with kopf peering (more than one replica), else "".
+A single replica runs --standalone: nothing to coordinate with, no peering object needed.
+*/}}
+{{- define "antre.operator.peering" -}}
+{{- if gt (int .Values.operator.replicaCount) 1 }}true{{ end }}
+{{- end }}
+
+{{/*
+Redis object names and address.
+*/}}
+{{- define "antre.redis.fullname" -}}
+{{- printf "%s-redis" (include "antre.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "antre.redis.secretName" -}}
+{{- default (include "antre.redis.fullname" .) .Values.redis.auth.existingSecret }}
+{{- end }}
+
+{{- define "antre.redis.host" -}}
+{{- printf "%s.%s.svc" (include "antre.redis.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/*
+The Secret holding the example JobQueue's API token, when the chart generates it.
+*/}}
+{{- define "antre.example.apiTokenSecretName" -}}
+{{- printf "%s-%s-api-token" (include "antre.fullname" .) .Values.exampleJobQueue.name | trunc 63 | trimSuffix "-" }}
+{{- end }}

@@ -1,0 +1,52 @@
+{{/*
+The operator's RBAC rules, kept in one place for both the ClusterRole (cluster-wide mode) and
+the per-namespace Roles (namespaced mode). Each rule names the code path that needs it; a verb
+nobody calls does not belong here.
+*/}}
+
+{{/*
+Rules on namespaced resources: JobQueues and the children rendered from them.
+*/}}
+{{- define "antre.operator.namespacedRules" -}}
+# Watch JobQueues; patch them for kopf's finalizer and its diff-base/progress annotations.
+- apiGroups: [antre.dev]
+  resources: [jobqueues]
+  verbs: [get, list, watch, patch]
+# Report status (conditions, replicas, backlog) through the status subresource.
+- apiGroups: [antre.dev]
+  resources: [jobqueues/status]
+  verbs: [get, patch]
+# The worker and API Deployments: render, repair when edited or deleted by hand, scale.
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, update, patch, delete]
+# The reaper CronJob.
+- apiGroups: [batch]
+  resources: [cronjobs]
+  verbs: [get, list, watch, create, update, patch, delete]
+# The API Service.
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, list, watch, create, update, patch, delete]
+# Worker pods: annotate controller.kubernetes.io/pod-deletion-cost so idle pods go first.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch, patch]
+# Read the Secret named by a JobQueue's spec.redis.urlSecretRef (never list: only by name).
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+# Post Events (scaling decisions, errors); kopf uses the core API, newer clients events.k8s.io.
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}
+
+{{/*
+Cluster-scoped, read-only: kopf watches CRDs to notice the JobQueue CRD being installed or changed.
+*/}}
+{{- define "antre.operator.observerRules" -}}
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [list, watch]
+{{- end }}
