@@ -1,0 +1,352 @@
+"""Render a JobQueue's children as plain manifests: pure functions, no I/O.
+
+One function per child: the worker Deployment, the reaper CronJob and, when ``spec.api.enabled``,
+the API Deployment and Service. Every child carries an ownerReference to its JobQueue (so deleting
+the JobQueue deletes it) and the labels in ``settings`` (so the operator's watches find it).
+Every pod meets the "restricted" Pod Security Standard. ``kube.py`` applies what is rendered here;
+the tests validate each manifest against the Kubernetes OpenAPI schemas.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Final
+
+from antre_operator import settings, spec
+
+#: The longest JobQueue name whose children all have valid names ("<name>-reaper" <= 52 chars,
+#: the CronJob limit, which leaves room for the Job suffix the CronJob controller appends).
+MAX_NAME_LENGTH: Final = 45
+
+Manifest = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Owner:
+    """The JobQueue that owns the children, as its ownerReference needs it."""
+
+    name: str
+    namespace: str
+    uid: str
+
+
+def worker_name(jobqueue: str) -> str:
+    return f"{jobqueue}-worker"
+
+
+def reaper_name(jobqueue: str) -> str:
+    return f"{jobqueue}-reaper"
+
+
+def api_name(jobqueue: str) -> str:
+    return f"{jobqueue}-api"
+
+
+def check_name(name: str) -> None:
+    if len(name) > MAX_NAME_LENGTH:
+        raise spec.InvalidSpec("metadata.name", name,
+                               f"must be at most {MAX_NAME_LENGTH} characters so that the child "
+                               f"'{reaper_name(name)}' fits the CronJob name limit")
+
+
+def selector_labels(jobqueue: str, component: str) -> dict[str, str]:
+    return {settings.LABEL_JOBQUEUE: jobqueue, settings.LABEL_COMPONENT: component}
+
+
+def worker_selector(jobqueue: str) -> str:
+    """The label selector of the worker pods, as status.selector (the /scale subresource) has it."""
+    return ",".join(f"{k}={v}" for k, v in selector_labels(jobqueue, "worker").items())
+
+
+def _labels(jobqueue: str, component: str) -> dict[str, str]:
+    return {
+        settings.LABEL_NAME: "antre",
+        settings.LABEL_INSTANCE: jobqueue,
+        settings.LABEL_MANAGED_BY: settings.MANAGED_BY,
+        **selector_labels(jobqueue, component),
+    }
+
+
+def _metadata(owner: Owner, name: str, component: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": _labels(owner.name, component),
+        "ownerReferences": [{
+            "apiVersion": f"{settings.GROUP}/{settings.VERSION}",
+            "kind": settings.KIND,
+            "name": owner.name,
+            "uid": owner.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }],
+    }
+
+
+def _secret_env(name: str, ref: spec.SecretKeyRef) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+
+
+def _redis_env(jq: spec.JobQueueSpec) -> list[dict[str, Any]]:
+    """Where the queue is: the URL (from a Secret whenever one is given), the queue and prefix."""
+    if jq.redis.url_secret is not None:
+        url = _secret_env("ANTRE_REDIS_URL", jq.redis.url_secret)
+    else:
+        # spec.py refused any plain URL with a password in it, so this value holds no secret.
+        url = {"name": "ANTRE_REDIS_URL", "value": jq.redis.url}
+    return [
+        url,
+        {"name": "ANTRE_QUEUE", "value": jq.redis.queue},
+        {"name": "ANTRE_PREFIX", "value": jq.redis.prefix},
+    ]
+
+
+def _pod_name_env() -> dict[str, Any]:
+    # The worker registry records it, so the operator can map jobs in flight to pods.
+    return {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+
+
+def _job_policy_env(worker: spec.WorkerSpec) -> list[dict[str, Any]]:
+    env = [
+        {"name": "ANTRE_VISIBILITY_TIMEOUT", "value": str(worker.visibility_timeout_s)},
+        {"name": "ANTRE_MAX_ATTEMPTS", "value": str(worker.max_attempts)},
+        {"name": "ANTRE_BACKOFF_BASE", "value": f"{worker.backoff_base_s:g}"},
+        {"name": "ANTRE_BACKOFF_MAX", "value": f"{worker.backoff_max_s:g}"},
+    ]
+    if worker.job_timeout_s is not None:
+        env.append({"name": "ANTRE_JOB_TIMEOUT", "value": str(worker.job_timeout_s)})
+    return env
+
+
+def _container_security() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": settings.RUN_AS_USER,
+        "runAsGroup": settings.RUN_AS_USER,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _pod_security() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": settings.RUN_AS_USER,
+        "runAsGroup": settings.RUN_AS_USER,
+        "fsGroup": settings.RUN_AS_USER,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _pod_spec(worker: spec.WorkerSpec, containers: list[dict[str, Any]], *,
+              restart_policy: str = "Always", grace_s: int | None = None) -> dict[str, Any]:
+    """Pod-level fields shared by every child: scheduling, identity, security, a writable /tmp."""
+    for container in containers:
+        container["securityContext"] = _container_security()
+        container["volumeMounts"] = [{"name": "tmp", "mountPath": "/tmp"}]
+    pod: dict[str, Any] = {
+        "containers": containers,
+        "restartPolicy": restart_policy,
+        "securityContext": _pod_security(),
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
+        "enableServiceLinks": False,
+    }
+    if grace_s is not None:
+        pod["terminationGracePeriodSeconds"] = grace_s
+    if worker.service_account_name:
+        pod["serviceAccountName"] = worker.service_account_name
+    else:
+        pod["automountServiceAccountToken"] = False  # our pods never call the Kubernetes API
+    if worker.node_selector:
+        pod["nodeSelector"] = dict(worker.node_selector)
+    if worker.tolerations:
+        pod["tolerations"] = [dict(t) for t in worker.tolerations]
+    if worker.affinity:
+        pod["affinity"] = dict(worker.affinity)
+    if worker.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": name} for name in worker.image_pull_secrets]
+    return pod
+
+
+def _pod_template(jobqueue: str, component: str, worker: spec.WorkerSpec,
+                  pod: dict[str, Any]) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"labels": _labels(jobqueue, component)}
+    if worker.pod_annotations:
+        metadata["annotations"] = dict(worker.pod_annotations)
+    return {"metadata": metadata, "spec": pod}
+
+
+def render_worker_deployment(jq: spec.JobQueueSpec, owner: Owner, *, replicas: int) -> Manifest:
+    """The worker pool; ``replicas`` is the operator's decision (autoscaler or spec.replicas)."""
+    worker = jq.worker
+    env = [
+        *_redis_env(jq),
+        {"name": "ANTRE_CONCURRENCY", "value": str(worker.concurrency)},
+        *_job_policy_env(worker),
+        {"name": "ANTRE_GRACE_PERIOD", "value": str(worker.release_grace_s)},
+        {"name": "ANTRE_METRICS_PORT", "value": str(settings.WORKER_METRICS_PORT)},
+        _pod_name_env(),
+    ]
+    if worker.handlers:
+        env.append({"name": "ANTRE_HANDLERS", "value": worker.handlers})
+    env.extend(dict(item) for item in worker.env)
+    probe = {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10,
+             "timeoutSeconds": 3}
+    container = {
+        "name": "worker",
+        "image": worker.image,
+        "imagePullPolicy": worker.image_pull_policy,
+        "command": ["antre"],
+        "args": ["worker"],
+        "env": env,
+        "ports": [{"name": "metrics", "containerPort": settings.WORKER_METRICS_PORT,
+                   "protocol": "TCP"}],
+        "readinessProbe": {**probe, "failureThreshold": 3},
+        "livenessProbe": {**probe, "initialDelaySeconds": 10, "failureThreshold": 6},
+        "resources": dict(worker.resources),
+    }
+    pod = _pod_spec(worker, [container], grace_s=worker.termination_grace_period_s)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(owner, worker_name(jq.name), "worker"),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector_labels(jq.name, "worker")},
+            # New pods first, so a rollout never lowers the capacity; old ones drain gracefully.
+            "strategy": {"type": "RollingUpdate",
+                         "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"}},
+            "template": _pod_template(jq.name, "worker", worker, pod),
+        },
+    }
+
+
+def render_reaper_cronjob(jq: spec.JobQueueSpec, owner: Owner) -> Manifest:
+    """`antre reaper --once` on a schedule: requeues jobs whose leases expired."""
+    container = {
+        "name": "reaper",
+        "image": jq.worker.image,
+        "imagePullPolicy": jq.worker.image_pull_policy,
+        "command": ["antre"],
+        "args": ["reaper", "--once"],
+        "env": [*_redis_env(jq), *_job_policy_env(jq.worker)],
+        "resources": dict(jq.reaper.resources),
+    }
+    pod = _pod_spec(jq.worker, [container], restart_policy="Never")
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": _metadata(owner, reaper_name(jq.name), "reaper"),
+        "spec": {
+            "schedule": jq.reaper.schedule,
+            "suspend": jq.reaper.suspend,
+            "concurrencyPolicy": "Forbid",  # one reaper at a time; the next run catches up
+            "startingDeadlineSeconds": 120,
+            "successfulJobsHistoryLimit": 1,
+            "failedJobsHistoryLimit": 3,
+            "jobTemplate": {
+                "metadata": {"labels": _labels(jq.name, "reaper")},
+                "spec": {
+                    "backoffLimit": 1,
+                    "activeDeadlineSeconds": 600,
+                    "ttlSecondsAfterFinished": 3600,
+                    "template": _pod_template(jq.name, "reaper", jq.worker, pod),
+                },
+            },
+        },
+    }
+
+
+def render_api_deployment(jq: spec.JobQueueSpec, owner: Owner) -> Manifest:
+    """The HTTP API (`antre api`), authenticated by the bearer token from tokenSecretRef."""
+    assert jq.api.token_secret is not None, "spec.py requires tokenSecretRef when the API is on"
+    probe = {"tcpSocket": {"port": "http"}, "periodSeconds": 10, "timeoutSeconds": 3}
+    container = {
+        "name": "api",
+        "image": jq.worker.image,
+        "imagePullPolicy": jq.worker.image_pull_policy,
+        "command": ["antre"],
+        "args": ["api", "--port", str(settings.API_CONTAINER_PORT)],
+        "env": [*_redis_env(jq), _secret_env("ANTRE_API_TOKEN", jq.api.token_secret)],
+        "ports": [{"name": "http", "containerPort": settings.API_CONTAINER_PORT,
+                   "protocol": "TCP"}],
+        "readinessProbe": probe,
+        "livenessProbe": {**probe, "initialDelaySeconds": 10, "failureThreshold": 6},
+        "resources": dict(jq.api.resources),
+    }
+    pod = _pod_spec(jq.worker, [container], grace_s=30)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(owner, api_name(jq.name), "api"),
+        "spec": {
+            "replicas": jq.api.replicas,
+            "selector": {"matchLabels": selector_labels(jq.name, "api")},
+            "template": _pod_template(jq.name, "api", jq.worker, pod),
+        },
+    }
+
+
+def render_api_service(jq: spec.JobQueueSpec, owner: Owner) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(owner, api_name(jq.name), "api"),
+        "spec": {
+            "type": jq.api.service_type,
+            "selector": selector_labels(jq.name, "api"),
+            "ports": [{"name": "http", "port": jq.api.port, "targetPort": "http",
+                       "protocol": "TCP"}],
+        },
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Children:
+    """Everything one JobQueue should own; ``absent`` lists (kind, name) that must not exist."""
+
+    present: tuple[Manifest, ...]
+    absent: tuple[tuple[str, str], ...]
+
+
+def render_children(jq: spec.JobQueueSpec, owner: Owner, *, replicas: int) -> Children:
+    check_name(jq.name)
+    present = [
+        render_worker_deployment(jq, owner, replicas=replicas),
+        render_reaper_cronjob(jq, owner),
+    ]
+    absent: list[tuple[str, str]] = []
+    if jq.api.enabled:
+        present += [render_api_deployment(jq, owner), render_api_service(jq, owner)]
+    else:
+        absent += [("Deployment", api_name(jq.name)), ("Service", api_name(jq.name))]
+    return Children(present=tuple(present), absent=tuple(absent))
+
+
+def drifted(desired: Any, live: Any) -> bool:
+    """Does the live object differ from the desired one in anything the operator sets?
+
+    Fields the API server or other controllers add (defaults, status, foreign annotations) are
+    not drift; an empty or absent desired value matches an absent live one. Lists compare item by
+    item, since a JSON merge patch replaces them whole.
+    """
+    if isinstance(desired, Mapping):
+        if not isinstance(live, Mapping):
+            return True
+        for key, value in desired.items():
+            if value in (None, {}, []):
+                if live.get(key) not in (None, {}, []):
+                    return True
+            elif key not in live or drifted(value, live[key]):
+                return True
+        return False
+    if isinstance(desired, list):
+        if not isinstance(live, list) or len(desired) != len(live):
+            return True
+        return any(drifted(d, v) for d, v in zip(desired, live, strict=True))
+    if isinstance(desired, bool) or isinstance(live, bool):
+        return desired is not live
+    return bool(desired != live)

@@ -1,0 +1,105 @@
+"""The autoscaler's decision: a pure function of what was measured, the policy and a memory.
+
+Measuring lives in ``backlog.py``; applying in ``kube.py``; this module only does arithmetic, so
+it is tested with plain numbers (table cases and hypothesis properties). The rules, as KEDA and
+the HPA split them:
+
+* the recommendation is ``ceil(backlog / targetBacklogPerReplica)``, at least 1 while any job is
+  in flight, clamped to ``[minReplicas, maxReplicas]``;
+* activation: a pool at zero wakes only when the backlog exceeds ``activationBacklog``;
+* scale up at once, by at most ``maxScaleUpStep`` replicas per decision;
+* scale down to the highest recommendation seen within ``scaleDownStabilizationSeconds`` (so a
+  dip does not flap), and never below 1 until the queue has been idle (nothing above the
+  activation threshold, nothing processing) for ``cooldownSeconds``.
+
+Memory starts empty; the first decision seeds it with the current replicas, so a restarted
+operator waits a full window before scaling anything down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from antre_operator import spec
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalerMemory:
+    """What the decision needs to remember between polls (one per JobQueue)."""
+
+    recommendations: tuple[tuple[float, int], ...] = ()
+    """(time_s, recommended replicas) within the stabilization window, oldest first."""
+
+    last_active_s: float | None = None
+    """When the queue last had work (backlog above activation, or jobs in flight); None: never."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleDecision:
+    replicas: int
+    recommended: int
+    """The unstabilized recommendation (after activation and clamping)."""
+    reason: str
+    memory: ScalerMemory
+
+    def changed(self, current: int) -> bool:
+        return self.replicas != current
+
+
+def _clamp(value: int, policy: spec.ScalingPolicy) -> int:
+    return max(policy.min_replicas, min(policy.max_replicas, value))
+
+
+def recommend(backlog: int, in_flight: int, current: int, policy: spec.ScalingPolicy) -> int:
+    """The raw recommendation before stabilization and cooldown."""
+    active = backlog > policy.activation_backlog or in_flight > 0
+    if current == 0 and not active:
+        raw = 0  # below the activation threshold a pool at zero stays asleep
+    else:
+        raw = math.ceil(max(backlog, 0) / policy.target_backlog_per_replica)
+        if in_flight > 0:
+            raw = max(raw, 1)  # someone is still working: never recommend zero under them
+    return _clamp(raw, policy)
+
+
+def decide_replicas(*, backlog: int, in_flight: int, current: int, policy: spec.ScalingPolicy,
+                    memory: ScalerMemory, now_s: float) -> ScaleDecision:
+    """How many workers to run now. Pure: the same inputs give the same decision."""
+    active = backlog > policy.activation_backlog or in_flight > 0
+    last_active_s = memory.last_active_s
+    if active:
+        last_active_s = now_s
+    elif last_active_s is None and current > 0:
+        last_active_s = now_s  # unknown history: count the cooldown from the first look
+    window = [(t, r) for t, r in memory.recommendations
+              if now_s - t < policy.scale_down_stabilization_s]
+    if not memory.recommendations:
+        window = [(now_s, _clamp(current, policy))]  # a fresh memory never scales down at once
+    raw = recommend(backlog, in_flight, current, policy)
+    window.append((now_s, raw))
+
+    if raw > current:
+        step = policy.max_scale_up_step
+        replicas = raw if step is None else min(raw, current + step)
+    elif raw < current:
+        replicas = min(current, max(r for _, r in window))
+    else:
+        replicas = current
+
+    idle_s = math.inf if last_active_s is None else now_s - last_active_s
+    if replicas == 0 and current > 0 and idle_s < policy.cooldown_s:
+        replicas = 1  # to zero only after the cooldown with nothing processing
+    replicas = _clamp(replicas, policy)
+    if replicas == current:
+        reason = "steady"
+    elif replicas == 0:
+        reason = f"idle for the cooldown of {policy.cooldown_s:g}s"
+    else:
+        reason = f"backlog {backlog}, target {policy.target_backlog_per_replica} per replica"
+    return ScaleDecision(
+        replicas=replicas,
+        recommended=raw,
+        reason=reason,
+        memory=ScalerMemory(recommendations=tuple(window), last_active_s=last_active_s),
+    )

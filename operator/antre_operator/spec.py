@@ -1,0 +1,419 @@
+"""Parse and validate a JobQueue's spec into frozen dataclasses.
+
+The CRD schema (``crds/jobqueues.antre.dev.yaml``) rejects most bad input at admission; this
+module repeats its defaults and checks because the operator also meets objects the API server did
+not default (created before a CRD upgrade, or served by a test emulator), and because some checks
+(a password inside a plain URL, environment names the operator owns) matter for safety.
+
+Every error names the field, the value and what is allowed (KEDA's typed_config style):
+``spec.autoscaling.maxReplicas: got 0; must be an integer >= 1``.
+Neighbours: ``rendering.py`` turns a :class:`JobQueueSpec` into manifests, ``scaling.py`` takes
+its :class:`ScalingPolicy`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from antre_operator import settings
+
+REDIS_SCHEMES: Final = ("redis", "rediss", "redis+cluster", "rediss+cluster")
+SERVICE_TYPES: Final = ("ClusterIP", "NodePort", "LoadBalancer")
+PULL_POLICIES: Final = ("Always", "IfNotPresent", "Never")
+_QUEUE_RE: Final = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
+_PREFIX_RE: Final = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_HANDLERS_RE: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*(,[A-Za-z_][A-Za-z0-9_.]*)*$")
+#: Environment variables the operator sets itself; a user value would silently fight ours.
+RESERVED_ENV_PREFIXES: Final = ("ANTRE_",)
+RESERVED_ENV_NAMES: Final = frozenset({"POD_NAME"})
+
+
+class InvalidSpec(ValueError):
+    """The JobQueue cannot be acted on as written; retrying without an edit is useless."""
+
+    def __init__(self, field: str, value: object, allowed: str) -> None:
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"{field}: got {value!r}; {allowed}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SecretKeyRef:
+    name: str
+    key: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RedisSpec:
+    url: str | None
+    """A plain URL without a password, or None when it comes from ``url_secret``."""
+    url_secret: SecretKeyRef | None
+    queue: str
+    prefix: str
+    tls: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSpec:
+    image: str
+    image_pull_policy: str
+    handlers: str | None
+    concurrency: int
+    visibility_timeout_s: int
+    job_timeout_s: int | None
+    """None: no limit on one attempt."""
+    max_attempts: int
+    backoff_base_s: float
+    backoff_max_s: float
+    termination_grace_period_s: int
+    resources: Mapping[str, Any]
+    env: Sequence[Mapping[str, Any]]
+    node_selector: Mapping[str, str]
+    tolerations: Sequence[Mapping[str, Any]]
+    affinity: Mapping[str, Any]
+    service_account_name: str | None
+    image_pull_secrets: Sequence[str]
+    pod_annotations: Mapping[str, str]
+
+    @property
+    def release_grace_s(self) -> int:
+        """How long the worker lets running jobs finish on SIGTERM (ANTRE_GRACE_PERIOD).
+
+        A few seconds below terminationGracePeriodSeconds, so the worker still has time to
+        release unfinished jobs back to the queue before the kubelet's SIGKILL.
+        """
+        return max(self.termination_grace_period_s - settings.RELEASE_MARGIN_S, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalingPolicy:
+    """The autoscaler's knobs; see ``scaling.decide_replicas``."""
+
+    enabled: bool
+    min_replicas: int
+    max_replicas: int
+    target_backlog_per_replica: int
+    activation_backlog: int
+    polling_interval_s: float
+    scale_down_stabilization_s: float
+    cooldown_s: float
+    max_scale_up_step: int | None
+    """None: jump straight to the recommendation."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReaperSpec:
+    schedule: str
+    suspend: bool
+    resources: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class ApiSpec:
+    enabled: bool
+    replicas: int
+    service_type: str
+    port: int
+    token_secret: SecretKeyRef | None
+    resources: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class JobQueueSpec:
+    name: str
+    namespace: str
+    replicas: int
+    """spec.replicas: the worker count when autoscaling is off (the /scale target)."""
+    redis: RedisSpec
+    worker: WorkerSpec
+    autoscaling: ScalingPolicy
+    reaper: ReaperSpec
+    api: ApiSpec
+
+
+# -- small typed readers: each names the field it reads ------------------------------------------
+
+def _section(spec: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
+    value = spec.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidSpec(f"{path}.{key}", value, "must be an object")
+    return value
+
+
+def _int(section: Mapping[str, Any], key: str, path: str, *, default: int | None,
+         minimum: int, maximum: int | None = None) -> int:
+    value = section.get(key, default)
+    if value is None:
+        raise InvalidSpec(f"{path}.{key}", value, "is required")
+    bounds = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidSpec(f"{path}.{key}", value, f"must be an integer {bounds}")
+    if value < minimum or (maximum is not None and value > maximum):
+        raise InvalidSpec(f"{path}.{key}", value, f"must be an integer {bounds}")
+    return value
+
+
+def _optional_int(section: Mapping[str, Any], key: str, path: str, *, minimum: int,
+                  maximum: int | None = None) -> int | None:
+    if section.get(key) is None:
+        return None
+    return _int(section, key, path, default=None, minimum=minimum, maximum=maximum)
+
+
+def _number(section: Mapping[str, Any], key: str, path: str, *, default: float,
+            minimum: float, maximum: float) -> float:
+    value = section.get(key, default)
+    rule = f"must be a number between {minimum:g} and {maximum:g}"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidSpec(f"{path}.{key}", value, rule)
+    if not minimum <= value <= maximum:
+        raise InvalidSpec(f"{path}.{key}", value, rule)
+    return float(value)
+
+
+def _bool(section: Mapping[str, Any], key: str, path: str, *, default: bool) -> bool:
+    value = section.get(key, default)
+    if not isinstance(value, bool):
+        raise InvalidSpec(f"{path}.{key}", value, "must be true or false")
+    return value
+
+
+def _str(section: Mapping[str, Any], key: str, path: str, *, default: str | None = None,
+         pattern: re.Pattern[str] | None = None, choices: Sequence[str] = ()) -> str | None:
+    value = section.get(key, default)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidSpec(f"{path}.{key}", value, "must be a non-empty string")
+    if choices and value not in choices:
+        raise InvalidSpec(f"{path}.{key}", value, f"must be one of {list(choices)}")
+    if pattern is not None and not pattern.match(value):
+        raise InvalidSpec(f"{path}.{key}", value, f"must match {pattern.pattern}")
+    return value
+
+
+def _mapping(section: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
+    value = section.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidSpec(f"{path}.{key}", value, "must be an object")
+    return dict(value)
+
+
+def _string_map(section: Mapping[str, Any], key: str, path: str) -> Mapping[str, str]:
+    value = _mapping(section, key, path)
+    for k, v in value.items():
+        if not isinstance(v, str):
+            raise InvalidSpec(f"{path}.{key}.{k}", v, "must be a string")
+    return value
+
+
+def _list_of_objects(section: Mapping[str, Any], key: str, path: str) -> list[Mapping[str, Any]]:
+    value = section.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidSpec(f"{path}.{key}", value, "must be a list")
+    for index, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise InvalidSpec(f"{path}.{key}[{index}]", item, "must be an object")
+    return [dict(item) for item in value]
+
+
+def _secret_ref(section: Mapping[str, Any], key: str, path: str, *,
+                default_key: str) -> SecretKeyRef | None:
+    ref = section.get(key)
+    if ref is None:
+        return None
+    if not isinstance(ref, Mapping):
+        raise InvalidSpec(f"{path}.{key}", ref, "must be an object {name, key}")
+    name = _str(ref, "name", f"{path}.{key}")
+    if name is None:
+        raise InvalidSpec(f"{path}.{key}.name", None, "is required: the Secret's name")
+    secret_key = _str(ref, "key", f"{path}.{key}", default=default_key)
+    assert secret_key is not None
+    return SecretKeyRef(name=name, key=secret_key)
+
+
+# -- the sections ---------------------------------------------------------------------------------
+
+def check_redis_url(url: str, *, field: str, tls: bool) -> None:
+    """Refuse a URL the workers could not use, or one that would leak a password."""
+    if "://" not in url:
+        raise InvalidSpec(field, url, f"must be a URL with a scheme in {list(REDIS_SCHEMES)}")
+    scheme = url.split("://", 1)[0].lower()
+    if scheme not in REDIS_SCHEMES:
+        raise InvalidSpec(field, url, f"scheme must be one of {list(REDIS_SCHEMES)}")
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises on a non-numeric port
+    except ValueError as exc:
+        raise InvalidSpec(field, url, f"must be a parsable URL ({exc})") from None
+    if not parts.hostname:
+        raise InvalidSpec(field, url, "must name a host, e.g. redis://redis:6379/0")
+    if tls and not scheme.startswith("rediss"):
+        raise InvalidSpec(field, url, "spec.redis.tls is true, so the scheme must be rediss://")
+
+
+def _parse_redis(spec: Mapping[str, Any], name: str) -> RedisSpec:
+    path = "spec.redis"
+    section = spec.get("redis")
+    if not isinstance(section, Mapping):
+        raise InvalidSpec(path, section, "is required: give url or urlSecretRef")
+    tls = _bool(section, "tls", path, default=False)
+    url = _str(section, "url", path)
+    url_secret = _secret_ref(section, "urlSecretRef", path, default_key="url")
+    if (url is None) == (url_secret is None):
+        raise InvalidSpec(path, dict(section), "give exactly one of url and urlSecretRef")
+    if url is not None:
+        check_redis_url(url, field=f"{path}.url", tls=tls)
+        if urlsplit(url).password:
+            raise InvalidSpec(f"{path}.url", "<redacted: contains a password>",
+                              "must not contain a password; put the URL in a Secret and use "
+                              "spec.redis.urlSecretRef")
+    queue = _str(section, "queue", path, default=name, pattern=_QUEUE_RE)
+    prefix = _str(section, "prefix", path, default="antre", pattern=_PREFIX_RE)
+    assert queue is not None and prefix is not None
+    return RedisSpec(url=url, url_secret=url_secret, queue=queue, prefix=prefix, tls=tls)
+
+
+def _parse_env(section: Mapping[str, Any], path: str) -> list[Mapping[str, Any]]:
+    env = _list_of_objects(section, "env", path)
+    for index, item in enumerate(env):
+        env_name = item.get("name")
+        if not isinstance(env_name, str) or not env_name:
+            raise InvalidSpec(f"{path}.env[{index}].name", env_name, "must be a non-empty string")
+        if env_name in RESERVED_ENV_NAMES or env_name.startswith(RESERVED_ENV_PREFIXES):
+            raise InvalidSpec(f"{path}.env[{index}].name", env_name,
+                              "is set by the operator from the JobQueue spec; use the spec field "
+                              "instead (names starting with ANTRE_ and POD_NAME are reserved)")
+    return env
+
+
+def _parse_worker(spec: Mapping[str, Any]) -> WorkerSpec:
+    path = "spec.worker"
+    section = _section(spec, "worker", "spec")
+    backoff = _section(section, "backoff", path)
+    base_s = _number(backoff, "baseSeconds", f"{path}.backoff", default=1, minimum=0, maximum=86400)
+    max_s = _number(backoff, "maxSeconds", f"{path}.backoff", default=300, minimum=0,
+                    maximum=604800)
+    if base_s > max_s:
+        raise InvalidSpec(f"{path}.backoff.baseSeconds", base_s,
+                          f"must be <= spec.worker.backoff.maxSeconds ({max_s:g})")
+    pull_secrets = _list_of_objects(section, "imagePullSecrets", path)
+    for index, item in enumerate(pull_secrets):
+        if not isinstance(item.get("name"), str) or not item.get("name"):
+            raise InvalidSpec(f"{path}.imagePullSecrets[{index}].name", item.get("name"),
+                              "must be a non-empty string")
+    image = _str(section, "image", path, default=settings.DEFAULT_WORKER_IMAGE)
+    pull_policy = _str(section, "imagePullPolicy", path, default="IfNotPresent",
+                       choices=PULL_POLICIES)
+    assert image is not None and pull_policy is not None
+    return WorkerSpec(
+        image=image,
+        image_pull_policy=pull_policy,
+        handlers=_str(section, "handlers", path, pattern=_HANDLERS_RE),
+        concurrency=_int(section, "concurrency", path, default=4, minimum=1, maximum=1000),
+        visibility_timeout_s=_int(section, "visibilityTimeoutSeconds", path, default=60,
+                                  minimum=1, maximum=86400),
+        job_timeout_s=_optional_int(section, "jobTimeoutSeconds", path, minimum=1,
+                                    maximum=604800),
+        max_attempts=_int(section, "maxAttempts", path, default=5, minimum=1, maximum=1000),
+        backoff_base_s=base_s,
+        backoff_max_s=max_s,
+        termination_grace_period_s=_int(section, "terminationGracePeriodSeconds", path,
+                                        default=120, minimum=10, maximum=86400),
+        resources=_mapping(section, "resources", path) or settings.DEFAULT_WORKER_RESOURCES,
+        env=_parse_env(section, path),
+        node_selector=_string_map(section, "nodeSelector", path),
+        tolerations=_list_of_objects(section, "tolerations", path),
+        affinity=_mapping(section, "affinity", path),
+        service_account_name=_str(section, "serviceAccountName", path),
+        image_pull_secrets=[str(item["name"]) for item in pull_secrets],
+        pod_annotations=_string_map(section, "podAnnotations", path),
+    )
+
+
+def _parse_autoscaling(spec: Mapping[str, Any]) -> ScalingPolicy:
+    path = "spec.autoscaling"
+    section = _section(spec, "autoscaling", "spec")
+    enabled = _bool(section, "enabled", path, default=True)
+    min_replicas = _int(section, "minReplicas", path, default=0, minimum=0, maximum=1000)
+    max_replicas = _int(section, "maxReplicas", path, default=10, minimum=1, maximum=1000)
+    if enabled and min_replicas > max_replicas:
+        raise InvalidSpec(f"{path}.maxReplicas", max_replicas,
+                          f"must be an integer >= spec.autoscaling.minReplicas ({min_replicas})")
+    return ScalingPolicy(
+        enabled=enabled,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        target_backlog_per_replica=_int(section, "targetBacklogPerReplica", path, default=100,
+                                        minimum=1),
+        activation_backlog=_int(section, "activationBacklog", path, default=0, minimum=0),
+        polling_interval_s=_int(section, "pollingIntervalSeconds", path, default=5, minimum=1,
+                                maximum=3600),
+        scale_down_stabilization_s=_int(section, "scaleDownStabilizationSeconds", path,
+                                        default=60, minimum=0, maximum=86400),
+        cooldown_s=_int(section, "cooldownSeconds", path, default=300, minimum=0, maximum=86400),
+        max_scale_up_step=_optional_int(section, "maxScaleUpStep", path, minimum=1, maximum=1000),
+    )
+
+
+def _parse_reaper(spec: Mapping[str, Any]) -> ReaperSpec:
+    path = "spec.reaper"
+    section = _section(spec, "reaper", "spec")
+    schedule = _str(section, "schedule", path, default="* * * * *")
+    assert schedule is not None
+    if len(schedule.split()) != 5 and not schedule.startswith("@"):
+        raise InvalidSpec(f"{path}.schedule", schedule,
+                          "must be a 5-field cron schedule such as '* * * * *' or '@hourly'")
+    return ReaperSpec(
+        schedule=schedule,
+        suspend=_bool(section, "suspend", path, default=False),
+        resources=_mapping(section, "resources", path) or settings.DEFAULT_REAPER_RESOURCES,
+    )
+
+
+def _parse_api(spec: Mapping[str, Any]) -> ApiSpec:
+    path = "spec.api"
+    section = _section(spec, "api", "spec")
+    enabled = _bool(section, "enabled", path, default=False)
+    token_secret = _secret_ref(section, "tokenSecretRef", path, default_key="token")
+    if enabled and token_secret is None:
+        raise InvalidSpec(f"{path}.tokenSecretRef", None,
+                          "is required when spec.api.enabled is true: the API never runs "
+                          "without a bearer token")
+    service_type = _str(section, "serviceType", path, default="ClusterIP", choices=SERVICE_TYPES)
+    assert service_type is not None
+    return ApiSpec(
+        enabled=enabled,
+        replicas=_int(section, "replicas", path, default=1, minimum=1, maximum=100),
+        service_type=service_type,
+        port=_int(section, "port", path, default=80, minimum=1, maximum=65535),
+        token_secret=token_secret,
+        resources=_mapping(section, "resources", path) or settings.DEFAULT_API_RESOURCES,
+    )
+
+
+def parse_jobqueue(*, name: str, namespace: str, spec: Mapping[str, Any]) -> JobQueueSpec:
+    """Parse a JobQueue's ``spec``; raises :class:`InvalidSpec` naming the first bad field."""
+    if not isinstance(spec, Mapping):
+        raise InvalidSpec("spec", spec, "must be an object")
+    return JobQueueSpec(
+        name=name,
+        namespace=namespace,
+        replicas=_int(spec, "replicas", "spec", default=1, minimum=0, maximum=1000),
+        redis=_parse_redis(spec, name),
+        worker=_parse_worker(spec),
+        autoscaling=_parse_autoscaling(spec),
+        reaper=_parse_reaper(spec),
+        api=_parse_api(spec),
+    )

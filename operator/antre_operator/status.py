@@ -1,0 +1,182 @@
+"""A JobQueue's status and conditions, computed from what one reconcile observed: pure.
+
+``handlers.py`` collects an :class:`Observation` per poll and patches the result only when it
+differs from the last status written, so an idle queue costs no Kubernetes writes. Nothing here
+may change from poll to poll while nothing happens: no timestamps except on transitions, and the
+oldest job's age is reported in coarse steps.
+
+Conditions (positive polarity, like Deployments'):
+
+* ``Ready``: the spec is usable, the children are applied and Redis answers;
+* ``RedisReachable``: the last depth read succeeded;
+* ``Scaling``: the autoscaler is deciding (False when disabled, or paused on an error);
+* ``RedisConfigured``: maxmemory-policy is ``noeviction`` (False is a warning: jobs may be lost).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+TRUE: Final = "True"
+FALSE: Final = "False"
+UNKNOWN: Final = "Unknown"
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """Why the JobQueue cannot be served as written (bad spec, missing Secret, bad URL)."""
+
+    reason: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueNumbers:
+    ready: int
+    due: int
+    scheduled: int
+    processing: int
+    dead: int
+    oldest_ready_age_s: float | None
+
+    @property
+    def backlog(self) -> int:
+        return self.ready + self.due
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    generation: int | None
+    problem: Problem | None = None
+    redis_error: str | None = None
+    """None when the last Redis round trip succeeded (or none was tried: see ``numbers``)."""
+    eviction_warning: str | None = None
+    eviction_checked: bool = False
+    numbers: QueueNumbers | None = None
+    """The last successful depth read; None before the first one."""
+    autoscaling: bool = True
+    replicas: int | None = None
+    """Worker replicas the operator applied; None when it could not apply any."""
+    ready_replicas: int = 0
+    desired_replicas: int | None = None
+    scaling_note: str | None = None
+    """Why the autoscaler holds its hand (at maxReplicas, paused on an error), if it does."""
+    selector: str | None = None
+    last_scale_time: str | None = None
+
+
+def coarse_age_s(age_s: float | None) -> int | None:
+    """The oldest job's age in steps of 10 s, 1 min, then 10 min: a waiting job does not turn
+    every poll into a status write, while the number stays useful for alerting."""
+    if age_s is None:
+        return None
+    age = int(age_s)
+    step = 10 if age < 60 else 60 if age < 3600 else 600
+    return age - age % step
+
+
+def _condition(type_: str, status: str, reason: str, message: str) -> dict[str, Any]:
+    return {"type": type_, "status": status, "reason": reason, "message": message}
+
+
+def conditions_for(obs: Observation) -> list[dict[str, Any]]:
+    """The conditions without timestamps (``render_status`` adds lastTransitionTime)."""
+    if obs.redis_error is not None:
+        reachable = _condition("RedisReachable", FALSE, "ConnectionFailed", obs.redis_error)
+    elif obs.numbers is not None:
+        reachable = _condition("RedisReachable", TRUE, "Connected", "the last depth read succeeded")
+    else:
+        reachable = _condition("RedisReachable", UNKNOWN, "NotChecked", "Redis was not read yet")
+
+    if obs.eviction_warning is not None:
+        configured = _condition("RedisConfigured", FALSE, "EvictionPolicy", obs.eviction_warning)
+    elif obs.eviction_checked:
+        configured = _condition("RedisConfigured", TRUE, "NoEviction",
+                                "maxmemory-policy is noeviction")
+    else:
+        configured = _condition("RedisConfigured", UNKNOWN, "NotChecked",
+                                "the Redis configuration was not checked yet")
+
+    if obs.problem is not None:
+        scaling = _condition("Scaling", FALSE, "Paused", f"nothing is scaled: {obs.problem.reason}")
+    elif not obs.autoscaling:
+        scaling = _condition("Scaling", FALSE, "Disabled",
+                             "spec.autoscaling.enabled is false; running spec.replicas workers")
+    elif obs.redis_error is not None:
+        scaling = _condition("Scaling", FALSE, "Paused",
+                             "Redis is unreachable; keeping the current replicas")
+    elif obs.scaling_note is not None:
+        scaling = _condition("Scaling", TRUE, "Limited", obs.scaling_note)
+    else:
+        scaling = _condition("Scaling", TRUE, "Active",
+                             "replicas follow the backlog")
+
+    if obs.problem is not None:
+        ready = _condition("Ready", FALSE, obs.problem.reason, obs.problem.message)
+    elif obs.redis_error is not None:
+        ready = _condition("Ready", FALSE, "RedisUnreachable", obs.redis_error)
+    elif obs.replicas is None:
+        ready = _condition("Ready", UNKNOWN, "Reconciling", "the children are not applied yet")
+    else:
+        ready = _condition("Ready", TRUE, "Reconciled",
+                           "the children are applied and Redis answers")
+    return [ready, reachable, scaling, configured]
+
+
+def _with_transitions(new: Sequence[dict[str, Any]], old: Sequence[Mapping[str, Any]],
+                      *, now: str, generation: int | None) -> list[dict[str, Any]]:
+    previous = {c.get("type"): c for c in old if isinstance(c, Mapping)}
+    result = []
+    for condition in new:
+        before = previous.get(condition["type"])
+        if before is not None and before.get("status") == condition["status"]:
+            stamp = before.get("lastTransitionTime", now)
+        else:
+            stamp = now
+        entry = {**condition, "lastTransitionTime": stamp}
+        if generation is not None:
+            entry["observedGeneration"] = generation
+        result.append(entry)
+    return result
+
+
+def render_status(obs: Observation, *, previous: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """The full status to write; compare it with ``previous`` before patching."""
+    status: dict[str, Any] = {}
+    if obs.generation is not None:
+        status["observedGeneration"] = obs.generation
+    if obs.selector is not None:
+        status["selector"] = obs.selector
+    if obs.replicas is not None:
+        status["replicas"] = obs.replicas
+        status["readyReplicas"] = obs.ready_replicas
+    if obs.desired_replicas is not None:
+        status["desiredReplicas"] = obs.desired_replicas
+    if obs.numbers is not None:
+        numbers = obs.numbers
+        status.update(backlog=numbers.backlog, ready=numbers.ready, due=numbers.due,
+                      scheduled=numbers.scheduled, processing=numbers.processing,
+                      dead=numbers.dead)
+        age = coarse_age_s(numbers.oldest_ready_age_s)
+        if age is not None:
+            status["oldestJobAgeSeconds"] = age
+    last_scale = obs.last_scale_time or previous.get("lastScaleTime")
+    if last_scale:
+        status["lastScaleTime"] = last_scale
+    status["conditions"] = _with_transitions(
+        conditions_for(obs), previous.get("conditions") or [], now=now, generation=obs.generation)
+    return status
+
+
+def status_patch(new: Mapping[str, Any], old: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A JSON merge patch turning ``old`` into ``new`` (None when they already agree)."""
+    patch: dict[str, Any] = {}
+    for key, value in new.items():
+        if old.get(key) != value:
+            patch[key] = value
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    return patch or None

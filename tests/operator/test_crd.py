@@ -1,0 +1,246 @@
+"""The JobQueue CRD: structural-schema rules, defaults, and good and bad samples.
+
+Aspects covered:
+* the CRD is structural (every node typed, no additionalProperties beside properties, no $ref),
+  names/scope/subresources/printer columns are what ``kubectl get jq`` and ``/scale`` need;
+* every default is valid against its own schema, and ``spec.py`` applies the same defaults;
+* samples are validated the way the API server would (unknown fields rejected, then defaulting,
+  then the CEL ``x-kubernetes-validations``); bad ones fail with the message the CRD declares.
+
+There is no CEL interpreter for Python here, so each CEL rule has a Python twin below and a test
+fails when a rule in the CRD has no twin: a new rule cannot land untested.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jsonschema
+import pytest
+from antre_operator import rendering, settings
+from operator_samples import FULL, MINIMAL, parse, sample
+
+FORBIDDEN_KEYWORDS = {"$ref", "definitions", "dependencies", "patternProperties", "allOf",
+                      "oneOf", "anyOf", "not", "uniqueItems"}
+
+
+def walk(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path, schema
+    for name, sub in (schema.get("properties") or {}).items():
+        yield from walk(sub, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        yield from walk(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from walk(schema["additionalProperties"], f"{path}.*")
+
+
+def test_names_scope_and_version(crd: dict[str, Any]) -> None:
+    assert crd["metadata"]["name"] == f"{settings.PLURAL}.{settings.GROUP}"
+    assert crd["spec"]["group"] == settings.GROUP
+    assert crd["spec"]["scope"] == "Namespaced"
+    names = crd["spec"]["names"]
+    assert (names["kind"], names["plural"]) == ("JobQueue", "jobqueues")
+    assert names["shortNames"] == ["jq"]
+    [version] = crd["spec"]["versions"]
+    assert version["name"] == settings.VERSION
+    assert version["served"] and version["storage"]
+
+
+def test_status_and_scale_subresources(crd: dict[str, Any]) -> None:
+    sub = crd["spec"]["versions"][0]["subresources"]
+    assert sub["status"] == {}
+    assert sub["scale"] == {"specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector"}
+
+
+def test_printer_columns(crd: dict[str, Any]) -> None:
+    columns = {c["name"]: c for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
+    for name in ("Ready", "Desired", "Backlog", "Processing", "Dead", "Age"):
+        assert name in columns
+    assert columns["Age"]["type"] == "date"
+    assert columns["Backlog"]["jsonPath"] == ".status.backlog"
+
+
+def test_schema_is_structural(crd_schema: dict[str, Any]) -> None:
+    assert crd_schema["type"] == "object"
+    assert set(crd_schema["properties"]["metadata"]) == {"type"}, "metadata may only be typed"
+    for path, node in walk(crd_schema):
+        assert not FORBIDDEN_KEYWORDS & set(node), f"{path}: forbidden keyword"
+        assert "type" in node or node.get("x-kubernetes-int-or-string"), f"{path}: no type"
+        assert not ("properties" in node and "additionalProperties" in node), path
+        if node.get("type") == "array":
+            assert "items" in node, f"{path}: arrays need items"
+
+
+def test_defaults_are_valid_against_their_schema(crd_schema: dict[str, Any]) -> None:
+    count = 0
+    for _, node in walk(crd_schema):
+        if "default" in node:
+            count += 1
+            jsonschema.validate(node["default"], strict_schema(node))
+    assert count > 20, "the spec has defaults"
+
+
+def test_no_default_on_required_or_status(crd_schema: dict[str, Any]) -> None:
+    for path, node in walk(crd_schema["properties"]["status"], ".status"):
+        assert "default" not in node, path
+
+
+# -- validating like the API server: strict fields, defaulting, CEL ---------------------------
+
+def strict_schema(node: dict[str, Any]) -> dict[str, Any]:
+    """The node as JSON Schema, with unknown fields refused where the CRD does not keep them."""
+    out = {k: v for k, v in node.items() if not k.startswith("x-kubernetes-")
+           and k not in ("properties", "items", "additionalProperties", "default")}
+    if "properties" in node:
+        out["properties"] = {k: strict_schema(v) for k, v in node["properties"].items()}
+        if not node.get("x-kubernetes-preserve-unknown-fields"):
+            out["additionalProperties"] = False
+    if isinstance(node.get("items"), dict):
+        out["items"] = strict_schema(node["items"])
+    if isinstance(node.get("additionalProperties"), dict):
+        out["additionalProperties"] = strict_schema(node["additionalProperties"])
+    return out
+
+
+def apply_defaults(node: dict[str, Any], value: Any) -> Any:
+    if isinstance(value, dict) and "properties" in node:
+        for name, sub in node["properties"].items():
+            if name not in value and "default" in sub:
+                value[name] = copy.deepcopy(sub["default"])
+            if name in value:
+                value[name] = apply_defaults(sub, value[name])
+    if isinstance(value, list) and isinstance(node.get("items"), dict):
+        value = [apply_defaults(node["items"], v) for v in value]
+    return value
+
+
+def _has(obj: dict[str, Any], key: str) -> bool:
+    return key in obj
+
+
+#: Python twins of the CEL rules: rule text -> predicate over the (defaulted) value it applies to.
+CEL_TWINS: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "self.metadata.name.size() <= 45":
+        lambda s: len(s["metadata"]["name"]) <= 45,
+    "!has(self.autoscaling) || !self.autoscaling.enabled || self.autoscaling.minReplicas <= self.autoscaling.maxReplicas":  # noqa: E501
+        lambda s: (not _has(s, "autoscaling") or not s["autoscaling"]["enabled"]
+                   or s["autoscaling"]["minReplicas"] <= s["autoscaling"]["maxReplicas"]),
+    "!has(self.api) || !self.api.enabled || has(self.api.tokenSecretRef)":
+        lambda s: not _has(s, "api") or not s["api"]["enabled"] or _has(s["api"], "tokenSecretRef"),
+    "has(self.url) != has(self.urlSecretRef)":
+        lambda s: _has(s, "url") != _has(s, "urlSecretRef"),
+    "!has(self.url) || !self.url.matches('^[a-z+]+://[^/@]*:[^/@]*@')":
+        lambda s: not _has(s, "url") or not re.search(r"^[a-z+]+://[^/@]*:[^/@]*@", s["url"]),
+    "!has(self.url) || !self.tls || self.url.startsWith('rediss://')":
+        lambda s: not _has(s, "url") or not s["tls"] or s["url"].startswith("rediss://"),
+    "self.baseSeconds <= self.maxSeconds":
+        lambda s: s["baseSeconds"] <= s["maxSeconds"],
+}
+
+
+def cel_errors(node: dict[str, Any], value: Any, path: str = "") -> list[str]:
+    errors = []
+    for rule in node.get("x-kubernetes-validations", []):
+        if not CEL_TWINS[rule["rule"]](value):
+            errors.append(rule["message"])
+    if isinstance(value, dict):
+        for name, sub in (node.get("properties") or {}).items():
+            if name in value:
+                errors += cel_errors(sub, value[name], f"{path}.{name}")
+    return errors
+
+
+def admit(schema: dict[str, Any], body: dict[str, Any]) -> list[str]:
+    """What the API server would say: schema errors first, then CEL messages after defaulting."""
+    validator = jsonschema.Draft7Validator(strict_schema(schema))
+    errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+              for e in validator.iter_errors(body)]
+    if errors:
+        return errors
+    return cel_errors(schema, apply_defaults(schema, copy.deepcopy(body)))
+
+
+def test_every_cel_rule_has_a_twin(crd_schema: dict[str, Any]) -> None:
+    rules = [r["rule"] for _, node in walk(crd_schema)
+             for r in node.get("x-kubernetes-validations", [])]
+    assert set(rules) == set(CEL_TWINS)
+
+
+@pytest.mark.parametrize("body", [
+    pytest.param(MINIMAL, id="minimal"),
+    pytest.param(FULL, id="full"),
+    pytest.param(sample(MINIMAL, redis={"url": "redis://redis.antre:6379/0"}), id="plain-url"),
+    pytest.param(sample(MINIMAL, redis={"url": "rediss://user@redis:6380/0", "tls": True}),
+                 id="tls-url-without-password"),
+    pytest.param(sample(MINIMAL, autoscaling={"enabled": False, "minReplicas": 5,
+                                              "maxReplicas": 1}, replicas=3),
+                 id="fixed-replicas-ignores-range"),
+    pytest.param(sample(MINIMAL, autoscaling={"minReplicas": 0, "maxReplicas": 1}),
+                 id="scale-to-zero"),
+])
+def test_good_samples_are_admitted(crd_schema: dict[str, Any], body: dict[str, Any]) -> None:
+    assert admit(crd_schema, body) == []
+    parse(body)  # and the operator accepts what the API server accepts
+
+
+@pytest.mark.parametrize("body, message", [
+    pytest.param(sample(MINIMAL, redis=None), "'redis' is a required property", id="no-redis"),
+    pytest.param(sample(MINIMAL, bogus=1), "Additional properties are not allowed",
+                 id="unknown-field"),
+    pytest.param(sample(MINIMAL, worker={"concurrency": 0}), "0 is less than the minimum of 1",
+                 id="concurrency-zero"),
+    pytest.param(sample(MINIMAL, autoscaling={"maxReplicas": 1001}),
+                 "1001 is greater than the maximum of 1000", id="max-too-high"),
+    pytest.param(sample(MINIMAL, api={"serviceType": "ExternalName"}),
+                 "'ExternalName' is not one of", id="bad-service-type"),
+    pytest.param(sample(MINIMAL, replicas=-1), "-1 is less than the minimum of 0",
+                 id="negative-replicas"),
+    pytest.param(sample(MINIMAL, redis={"url": "http://redis:6379"}), "does not match",
+                 id="wrong-scheme"),
+    pytest.param(sample(MINIMAL, autoscaling={"minReplicas": 5, "maxReplicas": 2}),
+                 "spec.autoscaling.minReplicas must be <= spec.autoscaling.maxReplicas",
+                 id="min-above-max"),
+    pytest.param(sample(MINIMAL, redis={"url": "redis://:hunter2@redis:6379/0"}),
+                 "spec.redis.url must not contain a password", id="password-in-url"),
+    pytest.param(sample(MINIMAL, redis={"url": "redis://r:6379",
+                                        "urlSecretRef": {"name": "s"}}),
+                 "give exactly one of spec.redis.url and spec.redis.urlSecretRef", id="both-urls"),
+    pytest.param(sample(MINIMAL, redis={"queue": "q"}),
+                 "give exactly one of spec.redis.url and spec.redis.urlSecretRef", id="no-url"),
+    pytest.param(sample(MINIMAL, redis={"url": "redis://r:6379", "tls": True}),
+                 "spec.redis.tls requires a rediss:// URL", id="tls-without-rediss"),
+    pytest.param(sample(MINIMAL, api={"enabled": True}),
+                 "spec.api.tokenSecretRef is required", id="api-without-token"),
+    pytest.param(sample(MINIMAL, worker={"backoff": {"baseSeconds": 10, "maxSeconds": 5}}),
+                 "baseSeconds must be <= spec.worker.backoff.maxSeconds", id="backoff-inverted"),
+    pytest.param({**MINIMAL, "metadata": {"name": "x" * 46, "namespace": "default"}},
+                 "metadata.name must be at most 45 characters", id="name-too-long"),
+])
+def test_bad_samples_are_rejected(crd_schema: dict[str, Any], body: dict[str, Any],
+                                  message: str) -> None:
+    errors = admit(crd_schema, body)
+    assert any(message in e for e in errors), errors
+
+
+def defaults_of(node: dict[str, Any], path: str = "spec") -> Iterator[tuple[str, Any]]:
+    for name, sub in (node.get("properties") or {}).items():
+        if "default" in sub and sub["default"] != {}:
+            yield f"{path}.{name}", sub["default"]
+        yield from defaults_of(sub, f"{path}.{name}")
+
+
+def test_operator_applies_the_crd_defaults(crd_schema: dict[str, Any]) -> None:
+    """An undefaulted minimal spec parses to the same values as the fully defaulted one."""
+    spec_schema = crd_schema["properties"]["spec"]
+    defaulted = apply_defaults(spec_schema, copy.deepcopy(MINIMAL["spec"]))
+    raw = parse(MINIMAL)
+    server = parse({**MINIMAL, "spec": defaulted})
+    assert raw == server
+    assert len(list(defaults_of(spec_schema))) > 20
+    assert raw.worker.image == settings.DEFAULT_WORKER_IMAGE
+    rendering.check_name(raw.name)

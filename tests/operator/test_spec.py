@@ -1,0 +1,92 @@
+"""Parsing a JobQueue spec: defaults, and errors that name the field, the value and the rule.
+
+Aspects: defaults of a minimal spec; every section of a full spec; bad input the schema may let
+through (objects not defaulted by the API server, passwords in URLs, reserved env names).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from antre_operator import settings, spec
+from operator_samples import FULL, MINIMAL, parse, sample
+
+
+def test_minimal_defaults() -> None:
+    jq = parse(MINIMAL)
+    assert jq.replicas == 1
+    assert jq.redis == spec.RedisSpec(url=None, url_secret=spec.SecretKeyRef("redis", "url"),
+                                      queue="emails", prefix="antre", tls=False)
+    assert jq.worker.image == settings.DEFAULT_WORKER_IMAGE
+    assert jq.worker.concurrency == 4
+    assert jq.worker.visibility_timeout_s == 60
+    assert jq.worker.max_attempts == 5
+    assert jq.worker.termination_grace_period_s == 120
+    assert jq.worker.release_grace_s == 115
+    assert jq.worker.job_timeout_s is None
+    assert jq.autoscaling == spec.ScalingPolicy(
+        enabled=True, min_replicas=0, max_replicas=10, target_backlog_per_replica=100,
+        activation_backlog=0, polling_interval_s=5, scale_down_stabilization_s=60,
+        cooldown_s=300, max_scale_up_step=None)
+    assert jq.reaper.schedule == "* * * * *"
+    assert not jq.api.enabled
+
+
+def test_full_spec() -> None:
+    jq = parse(FULL)
+    assert jq.redis.queue == "thumbs" and jq.redis.prefix == "media"
+    assert jq.worker.handlers == "thumbs.jobs,thumbs.more_jobs"
+    assert jq.worker.backoff_base_s == 2.0 and jq.worker.backoff_max_s == 600.0
+    assert jq.worker.image_pull_secrets == ["registry"]
+    assert jq.autoscaling.max_scale_up_step == 4
+    assert jq.api.token_secret == spec.SecretKeyRef("api-token", "token")
+    assert jq.api.service_type == "LoadBalancer"
+
+
+@pytest.mark.parametrize("changes, field, fragment", [
+    pytest.param({"redis": None}, "spec.redis", "is required", id="no-redis"),
+    pytest.param({"redis": {"url": "redis://:pw@r:6379/0"}}, "spec.redis.url",
+                 "must not contain a password", id="password"),
+    pytest.param({"redis": {"url": "redis://r:notaport/0"}}, "spec.redis.url", "parsable",
+                 id="bad-port"),
+    pytest.param({"redis": {"url": "memcached://r:11211"}}, "spec.redis.url", "scheme",
+                 id="bad-scheme"),
+    pytest.param({"redis": {"url": "redis:///0"}}, "spec.redis.url", "must name a host",
+                 id="no-host"),
+    pytest.param({"redis": {"url": "redis://r:6379", "tls": True}}, "spec.redis.url", "rediss",
+                 id="tls"),
+    pytest.param({"redis": {"urlSecretRef": {"key": "url"}}}, "spec.redis.urlSecretRef.name",
+                 "is required", id="secret-without-name"),
+    pytest.param({"autoscaling": {"minReplicas": 3, "maxReplicas": 2}},
+                 "spec.autoscaling.maxReplicas", "minReplicas (3)", id="min-above-max"),
+    pytest.param({"autoscaling": {"maxReplicas": "ten"}}, "spec.autoscaling.maxReplicas",
+                 "must be an integer between 1 and 1000", id="not-an-integer"),
+    pytest.param({"autoscaling": {"enabled": "yes"}}, "spec.autoscaling.enabled",
+                 "true or false", id="not-a-bool"),
+    pytest.param({"worker": {"env": [{"name": "ANTRE_QUEUE", "value": "x"}]}},
+                 "spec.worker.env[0].name", "reserved", id="reserved-env"),
+    pytest.param({"worker": {"env": [{"name": "POD_NAME", "value": "x"}]}},
+                 "spec.worker.env[0].name", "reserved", id="reserved-pod-name"),
+    pytest.param({"worker": {"imagePullPolicy": "Sometimes"}}, "spec.worker.imagePullPolicy",
+                 "must be one of", id="pull-policy"),
+    pytest.param({"worker": {"handlers": "my module"}}, "spec.worker.handlers", "must match",
+                 id="handlers"),
+    pytest.param({"reaper": {"schedule": "every minute"}}, "spec.reaper.schedule", "cron",
+                 id="schedule"),
+    pytest.param({"api": {"enabled": True}}, "spec.api.tokenSecretRef", "bearer token",
+                 id="api-token"),
+    pytest.param({"worker": "big"}, "spec.worker", "must be an object", id="section-type"),
+])
+def test_invalid_specs(changes: dict[str, Any], field: str, fragment: str) -> None:
+    with pytest.raises(spec.InvalidSpec) as info:
+        parse(sample(MINIMAL, **changes))
+    assert info.value.field == field
+    assert fragment in str(info.value)
+    assert str(info.value).startswith(f"{field}: got ")
+
+
+def test_password_never_appears_in_the_error() -> None:
+    with pytest.raises(spec.InvalidSpec) as info:
+        parse(sample(MINIMAL, redis={"url": "redis://user:hunter2@r:6379/0"}))
+    assert "hunter2" not in str(info.value)
