@@ -1,0 +1,35 @@
+"""Shared fixtures: a session-wide real redis-server, a flushed client per test."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from redis_servers import RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer("--maxmemory-policy", "noeviction")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    client.flushall()
+    yield client
+    client.close()

@@ -1,0 +1,119 @@
+"""Real redis-server processes for the tests, each on a free port of its own.
+
+Never the shared server on 6379: every test server is started here, killed here, and lives in
+a temporary directory. Fault tests use ``RedisServer.kill()`` / ``restart()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], object], timeout_s: float = 10.0, interval_s: float = 0.01,
+               message: str = "condition") -> object:
+    """Polls ``predicate`` until it returns something truthy; fails after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    last_error: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except Exception as exc:  # the thing we wait for may not answer yet
+            last_error = exc
+        else:
+            if value:
+                return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {message}"
+                         + (f" (last error: {last_error!r})" if last_error else ""))
+
+
+class RedisServer:
+    """One redis-server process with its own port and data directory."""
+
+    def __init__(self, *extra_args: str, port: int | None = None, appendonly: bool = False,
+                 appendfsync: str = "everysec") -> None:
+        self.port = port or free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="antre-redis-"))
+        self.args = [
+            "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+            "--save", "", "--appendonly", "yes" if appendonly else "no",
+            "--appendfsync", appendfsync, "--daemonize", "no", "--protected-mode", "no",
+            "--logfile", str(self.dir / "redis.log"), *extra_args,
+        ]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not on PATH; the tests need a real Redis")
+        self.process = subprocess.Popen([binary, *self.args], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        wait_until(self._answers, timeout_s=10, message=f"redis-server on port {self.port}")
+        return self
+
+    def _answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: whatever was not fsynced is gone, as in a crash."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def shutdown(self) -> None:
+        """A clean stop (SIGTERM): Redis flushes its append-only file first."""
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+            self.process = None
+
+    def restart(self) -> None:
+        self.shutdown()
+        self.start()
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running_redis(*extra_args: str, **kwargs: object) -> Iterator[RedisServer]:
+    server = RedisServer(*extra_args, **kwargs)  # type: ignore[arg-type]
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def child_env() -> dict[str, str]:
+    """Environment for subprocesses (workers) that can import antre from this checkout."""
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env

@@ -1,0 +1,5 @@
+import sys
+
+from antre.cli import main
+
+sys.exit(main())

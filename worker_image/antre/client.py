@@ -1,0 +1,228 @@
+"""The producer and inspection client: :class:`Queue` (sync) and :class:`AsyncQueue` (asyncio).
+
+Both build the same protocol operations (:mod:`antre.protocol`) and differ only in how they
+run them, so a job enqueued by one is exactly what the other would have written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from antre import connection, errors, redis_checks
+from antre.jobs import EnqueueResult, JobInfo
+from antre.protocol import scripts
+from antre.protocol.dead_letter import cancel_op, purge_op, replay_op
+from antre.protocol.depth import Depth, WorkerEntry, depth_op, workers_op
+from antre.protocol.enqueue import NewJob, enqueue_ops
+from antre.protocol.reap import ReapResult, reap_op
+from antre.settings import QueueSettings
+
+JobSpec = NewJob | tuple[str, Any] | dict[str, Any]
+
+
+def _seconds(value: float | timedelta | None) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value
+
+
+def to_new_job(spec: JobSpec) -> NewJob:
+    """Accepts a NewJob, a (type, payload) pair or a dict with NewJob's field names."""
+    if isinstance(spec, NewJob):
+        return spec
+    if isinstance(spec, tuple) and len(spec) == 2:
+        return NewJob(type=spec[0], payload=spec[1])
+    if isinstance(spec, dict):
+        allowed = {"type", "payload", "idempotency_key", "resource_key", "max_attempts", "delay",
+                   "delay_s", "headers"}
+        unknown = set(spec) - allowed
+        if unknown:
+            raise errors.InvalidArgument(
+                f"job: unknown field(s) {sorted(unknown)}; allowed: {sorted(allowed)}"
+            )
+        if "type" not in spec:
+            raise errors.InvalidArgument("job: missing field 'type'")
+        return NewJob(
+            type=spec["type"], payload=spec.get("payload"),
+            idempotency_key=spec.get("idempotency_key"), resource_key=spec.get("resource_key"),
+            max_attempts=spec.get("max_attempts"),
+            delay_s=_seconds(spec.get("delay", spec.get("delay_s"))), headers=spec.get("headers"),
+        )
+    raise errors.InvalidArgument(
+        f"job: got {spec!r}; must be a NewJob, a (type, payload) tuple or a dict"
+    )
+
+
+def _job_info(job_id: str, fields: dict[str, str]) -> JobInfo:
+    if not fields or "id" not in fields:
+        raise errors.JobNotFound(f"job {job_id}: no such job (never existed, or its record expired)")
+    return JobInfo.from_hash(fields)
+
+
+class _QueueBase:
+    def __init__(self, redis_client: Any, name: str | None = None, *, prefix: str | None = None,
+                 settings: QueueSettings | None = None) -> None:
+        if settings is None:
+            settings = QueueSettings(name=name or "default",
+                                     **({"prefix": prefix} if prefix else {}))
+        elif name is not None and name != settings.name:
+            raise errors.InvalidArgument(
+                f"queue name: got {name!r} and settings.name {settings.name!r}; give one"
+            )
+        self.redis = redis_client
+        self.settings = settings
+        self.keys = settings.keys
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    def _new_job(self, job_type: str, payload: Any, *, idempotency_key: str | None,
+                 resource_key: str | None, max_attempts: int | None,
+                 delay: float | timedelta | None, headers: dict[str, str] | None) -> NewJob:
+        return NewJob(type=job_type, payload=payload, idempotency_key=idempotency_key,
+                      resource_key=resource_key, max_attempts=max_attempts,
+                      delay_s=_seconds(delay), headers=headers)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.settings.name!r}, prefix={self.settings.prefix!r})"
+
+
+class Queue(_QueueBase):
+    """A queue seen from a synchronous producer or an operator's shell."""
+
+    @classmethod
+    def from_url(cls, url: str, name: str | None = None, **kwargs: Any) -> Queue:
+        return cls(connection.connect(url), name, **kwargs)
+
+    def _run(self, op: scripts.Op[Any]) -> Any:
+        return scripts.run(self.redis, op)
+
+    def enqueue(self, job_type: str, payload: Any = None, *, idempotency_key: str | None = None,
+                resource_key: str | None = None, max_attempts: int | None = None,
+                delay: float | timedelta | None = None,
+                headers: dict[str, str] | None = None) -> EnqueueResult:
+        """Adds one job. With a live ``idempotency_key`` it returns the existing job instead
+        (``created`` is False), so a producer may retry an enqueue safely."""
+        job = self._new_job(job_type, payload, idempotency_key=idempotency_key,
+                            resource_key=resource_key, max_attempts=max_attempts, delay=delay,
+                            headers=headers)
+        [op] = enqueue_ops(self.settings, [job])
+        return self._run(op)[0]  # type: ignore[no-any-return]
+
+    def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[EnqueueResult]:
+        """Adds many jobs, 500 per round trip; all are validated before any is written."""
+        results: list[EnqueueResult] = []
+        for op in enqueue_ops(self.settings, [to_new_job(spec) for spec in jobs]):
+            results.extend(self._run(op))
+        return results
+
+    def get(self, job_id: str) -> JobInfo:
+        return _job_info(job_id, self.redis.hgetall(self.keys.job(job_id)))
+
+    def stats(self) -> Depth:
+        return self._run(depth_op(self.settings))  # type: ignore[no-any-return]
+
+    def depth(self) -> Depth:
+        return self.stats()
+
+    def workers(self) -> list[WorkerEntry]:
+        return self._run(workers_op(self.settings))  # type: ignore[no-any-return]
+
+    def dead_letters(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+        """Dead jobs, newest first."""
+        ids = self.redis.lrange(self.keys.dead, offset, offset + limit - 1)
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(self.keys.job(job_id))
+        return [JobInfo.from_hash(fields) for fields in pipe.execute() if fields]
+
+    def replay(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> list[str]:
+        """Moves dead jobs back to the queue with a fresh attempt budget (given ids, or the
+        ``limit`` oldest)."""
+        return self._run(replay_op(self.settings, job_ids, limit=limit))  # type: ignore[no-any-return]
+
+    def purge(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> int:
+        return self._run(purge_op(self.settings, job_ids, limit=limit))  # type: ignore[no-any-return]
+
+    def cancel(self, job_id: str) -> str:
+        """Withdraws a job that is not running; returns the status it had."""
+        return self._run(cancel_op(self.settings, job_id))  # type: ignore[no-any-return]
+
+    def reap(self, *, limit: int = 1000) -> ReapResult:
+        """One reaper pass, unconditionally (what ``antre reaper --once`` runs)."""
+        return self._run(reap_op(self.settings, limit=limit, pass_lock_ms=0, holder="cli"))  # type: ignore[no-any-return]
+
+    def eviction_policy_warning(self) -> str | None:
+        return redis_checks.eviction_policy_warning_sync(self.redis)
+
+    def close(self) -> None:
+        self.redis.close()
+
+
+class AsyncQueue(_QueueBase):
+    """A queue seen from an asyncio producer, the operator or the HTTP API."""
+
+    @classmethod
+    def from_url(cls, url: str, name: str | None = None, **kwargs: Any) -> AsyncQueue:
+        return cls(connection.connect_async(url), name, **kwargs)
+
+    async def _run(self, op: scripts.Op[Any]) -> Any:
+        return await scripts.run_async(self.redis, op)
+
+    async def enqueue(self, job_type: str, payload: Any = None, *,
+                      idempotency_key: str | None = None, resource_key: str | None = None,
+                      max_attempts: int | None = None, delay: float | timedelta | None = None,
+                      headers: dict[str, str] | None = None) -> EnqueueResult:
+        job = self._new_job(job_type, payload, idempotency_key=idempotency_key,
+                            resource_key=resource_key, max_attempts=max_attempts, delay=delay,
+                            headers=headers)
+        [op] = enqueue_ops(self.settings, [job])
+        return (await self._run(op))[0]  # type: ignore[no-any-return]
+
+    async def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[EnqueueResult]:
+        results: list[EnqueueResult] = []
+        for op in enqueue_ops(self.settings, [to_new_job(spec) for spec in jobs]):
+            results.extend(await self._run(op))
+        return results
+
+    async def get(self, job_id: str) -> JobInfo:
+        return _job_info(job_id, await self.redis.hgetall(self.keys.job(job_id)))
+
+    async def stats(self) -> Depth:
+        return await self._run(depth_op(self.settings))  # type: ignore[no-any-return]
+
+    async def depth(self) -> Depth:
+        return await self.stats()
+
+    async def workers(self) -> list[WorkerEntry]:
+        return await self._run(workers_op(self.settings))  # type: ignore[no-any-return]
+
+    async def dead_letters(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+        ids = await self.redis.lrange(self.keys.dead, offset, offset + limit - 1)
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(self.keys.job(job_id))
+        return [JobInfo.from_hash(fields) for fields in await pipe.execute() if fields]
+
+    async def replay(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> list[str]:
+        return await self._run(replay_op(self.settings, job_ids, limit=limit))  # type: ignore[no-any-return]
+
+    async def purge(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> int:
+        return await self._run(purge_op(self.settings, job_ids, limit=limit))  # type: ignore[no-any-return]
+
+    async def cancel(self, job_id: str) -> str:
+        return await self._run(cancel_op(self.settings, job_id))  # type: ignore[no-any-return]
+
+    async def reap(self, *, limit: int = 1000) -> ReapResult:
+        return await self._run(reap_op(self.settings, limit=limit, pass_lock_ms=0, holder="cli"))  # type: ignore[no-any-return]
+
+    async def eviction_policy_warning(self) -> str | None:
+        return await redis_checks.eviction_policy_warning(self.redis)
+
+    async def close(self) -> None:
+        await self.redis.aclose()

@@ -1,0 +1,92 @@
+"""Connecting to Redis: a standalone server or a Redis Cluster, chosen by the URL.
+
+``redis://`` and ``rediss://`` (TLS) and ``unix://`` give a standalone client;
+``redis+cluster://`` and ``rediss+cluster://`` give redis-py's cluster client (any node as seed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+
+from antre import errors
+
+_STANDALONE = {"redis", "rediss", "unix"}
+_CLUSTER = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+#: Long enough for the worker's blocking wait (at most a few seconds) plus slack.
+SOCKET_TIMEOUT_S = 15.0
+CONNECT_TIMEOUT_S = 5.0
+
+
+def redact(url: str) -> str:
+    """The URL with its password replaced, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password:
+        host = parts.hostname or ""
+        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+def _split(url: str) -> tuple[bool, str]:
+    if not isinstance(url, str) or "://" not in url:
+        raise errors.InvalidArgument(
+            f"redis url: got {url!r}; must look like redis://host:6379/0 (or rediss://, unix://,"
+            " redis+cluster://)"
+        )
+    scheme = url.split("://", 1)[0].lower()
+    if scheme in _STANDALONE:
+        return False, url
+    if scheme in _CLUSTER:
+        return True, _CLUSTER[scheme] + url[len(scheme):]
+    raise errors.InvalidArgument(
+        f"redis url: got scheme {scheme!r} in {redact(url)!r}; must be one of "
+        "redis, rediss, unix, redis+cluster, rediss+cluster"
+    )
+
+
+def _options(**overrides: Any) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "decode_responses": True,
+        "socket_timeout": SOCKET_TIMEOUT_S,
+        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+        "health_check_interval": 30,
+    }
+    options.update(overrides)
+    return options
+
+
+def is_cluster_url(url: str) -> bool:
+    return _split(url)[0]
+
+
+def connect(url: str, **overrides: Any) -> Any:
+    """A sync client for ``url`` (``redis.Redis`` or ``redis.cluster.RedisCluster``)."""
+    cluster, real_url = _split(url)
+    try:
+        if cluster:
+            options = _options(**overrides)
+            options.pop("health_check_interval", None)
+            return redis.cluster.RedisCluster.from_url(real_url, **options)
+        return redis.Redis.from_url(real_url, **_options(**overrides))
+    except (ValueError, redis.RedisError) as exc:
+        raise errors.InvalidArgument(f"redis url {redact(url)!r}: {exc}") from None
+
+
+def connect_async(url: str, **overrides: Any) -> Any:
+    """An asyncio client for ``url`` (``redis.asyncio.Redis`` or its cluster twin)."""
+    cluster, real_url = _split(url)
+    try:
+        if cluster:
+            options = _options(**overrides)
+            options.pop("health_check_interval", None)
+            return redis.asyncio.cluster.RedisCluster.from_url(real_url, **options)
+        return redis.asyncio.Redis.from_url(real_url, **_options(**overrides))
+    except (ValueError, redis.RedisError) as exc:
+        raise errors.InvalidArgument(f"redis url {redact(url)!r}: {exc}") from None

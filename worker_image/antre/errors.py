@@ -1,0 +1,56 @@
+"""The exception hierarchy of antre.
+
+Handler authors use :class:`Retry` and :class:`Permanent`; everything else is raised by the
+client or the worker. Every message names the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+
+class AntreError(Exception):
+    """Base class of every error antre raises on purpose."""
+
+
+class InvalidArgument(AntreError, ValueError):
+    """A caller passed a value antre cannot accept; the message says which and why."""
+
+
+class PayloadTooLarge(InvalidArgument):
+    """The encoded payload is over the queue's size limit."""
+
+
+class JobNotFound(AntreError, LookupError):
+    """No job with that id exists (never did, or its record expired)."""
+
+
+class LeaseLost(AntreError):
+    """The lease token is no longer current: the job was requeued, settled or cancelled."""
+
+
+class JobBusy(AntreError):
+    """The job is being processed, so the operation is refused (for example cancel)."""
+
+
+class RedisUnavailable(AntreError):
+    """Redis could not be reached or answered with an error that is not ours."""
+
+
+class ProtocolError(AntreError):
+    """A script replied with something its wrapper does not understand."""
+
+
+class Retry(Exception):
+    """Raise from a handler to retry the job later.
+
+    ``delay`` is in seconds; ``None`` uses the queue's exponential backoff. The attempt counts.
+    """
+
+    def __init__(self, reason: str = "retry requested", *, delay: float | None = None) -> None:
+        super().__init__(reason)
+        if delay is not None and delay < 0:
+            raise InvalidArgument(f"Retry.delay: got {delay!r}; must be >= 0 seconds")
+        self.delay = delay
+
+
+class Permanent(Exception):
+    """Raise from a handler when retrying is useless: the job goes straight to dead."""

@@ -1,0 +1,94 @@
+"""Registering job handlers: ``@antre.handler("send_email")`` on an ``async def`` or a ``def``.
+
+A worker imports the modules named by ``--handlers`` and serves every type registered in the
+registry it was given (the default registry unless a program builds its own).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from antre import errors
+from antre.backoff import Backoff
+
+HandlerFn = Callable[..., Any]
+F = TypeVar("F", bound=HandlerFn)
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    name: str
+    fn: HandlerFn
+    is_async: bool
+    backoff: Backoff | None = None
+    """Retry delays for this type; None uses the worker's."""
+    timeout_s: float | None = None
+    """Longest one run may take; None uses the worker's job timeout."""
+
+
+class HandlerRegistry:
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+
+    def register(self, name: str, fn: HandlerFn, *, backoff: Backoff | None = None,
+                 timeout_s: float | None = None) -> Handler:
+        if not isinstance(name, str) or not name:
+            raise errors.InvalidArgument(f"handler name: got {name!r}; must be a non-empty string")
+        existing = self._handlers.get(name)
+        if existing is not None and existing.fn is not fn:
+            raise errors.InvalidArgument(
+                f"handler {name!r}: already registered to {existing.fn.__module__}."
+                f"{existing.fn.__qualname__}; a job type has one handler"
+            )
+        if timeout_s is not None and not timeout_s > 0:
+            raise errors.InvalidArgument(f"handler {name!r} timeout: got {timeout_s!r}; must be > 0")
+        handler = Handler(name=name, fn=fn, is_async=inspect.iscoroutinefunction(fn),
+                          backoff=backoff, timeout_s=timeout_s)
+        self._handlers[name] = handler
+        return handler
+
+    def handler(self, name: str | None = None, *, backoff: Backoff | None = None,
+                timeout: float | None = None) -> Callable[[F], F]:
+        def decorate(fn: F) -> F:
+            self.register(name or fn.__name__, fn, backoff=backoff, timeout_s=timeout)
+            return fn
+        return decorate
+
+    def get(self, name: str) -> Handler | None:
+        return self._handlers.get(name)
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._handlers)
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+
+#: The registry ``@antre.handler`` writes to and ``antre worker`` serves.
+default_registry = HandlerRegistry()
+
+
+def handler(name: str | None = None, *, backoff: Backoff | None = None,
+            timeout: float | None = None) -> Callable[[F], F]:
+    """Registers the decorated function as the handler of job type ``name`` (default: the
+    function's name). ``timeout`` is in seconds."""
+    return default_registry.handler(name, backoff=backoff, timeout=timeout)
+
+
+def import_modules(modules: Iterable[str]) -> None:
+    """Imports the handler modules; a missing or broken one is reported by name."""
+    for module in modules:
+        module = module.strip()
+        if not module:
+            continue
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            raise errors.InvalidArgument(
+                f"handlers module {module!r}: not importable ({exc}); check --handlers and PYTHONPATH"
+            ) from None

@@ -1,0 +1,68 @@
+"""The heartbeat loop: every visibility_timeout/3 it extends the leases this worker holds and
+refreshes its registry entry, in one script call (:mod:`antre.protocol.lease`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from antre.errors import RedisUnavailable
+from antre.metrics import WorkerMetrics
+from antre.protocol import scripts
+from antre.protocol.lease import ExtendResult, extend_op
+from antre.protocol.settle import Lease
+from antre.settings import QueueSettings, WorkerSettings
+
+log = logging.getLogger("antre.heartbeat")
+
+
+class Heartbeat:
+    def __init__(self, redis: Any, queue: QueueSettings, settings: WorkerSettings, *,
+                 worker_id: str, held_leases: Callable[[], list[Lease]],
+                 on_lost: Callable[[str], None], registry_entry: Callable[[], dict[str, Any]],
+                 metrics: WorkerMetrics | None = None) -> None:
+        self.redis = redis
+        self.queue = queue
+        self.settings = settings
+        self.worker_id = worker_id
+        self.held_leases = held_leases
+        self.on_lost = on_lost
+        self.registry_entry = registry_entry
+        self.metrics = metrics
+        # Registry entries are read by the operator to pick idle pods: beat at least every 5 s.
+        self.interval_s = min(settings.heartbeat_interval_s, 5.0)
+        self.registry_ttl_ms = int(max(self.interval_s * 3, 10.0) * 1000)
+
+    async def step(self) -> ExtendResult:
+        leases = self.held_leases()
+        result = await scripts.run_async(self.redis, extend_op(
+            self.queue, leases, lease_ms=self.settings.lease_ms, worker_id=self.worker_id,
+            registry_entry_json=json.dumps(self.registry_entry(), separators=(",", ":")),
+            registry_ttl_ms=self.registry_ttl_ms,
+        ))
+        extended = 0
+        for (job_id, _token), held in zip(leases, result.held, strict=True):
+            if held:
+                extended += 1
+            else:
+                self.on_lost(job_id)
+        if self.metrics is not None and extended:
+            self.metrics.lease_extensions.labels(self.queue.name).inc(extended)
+        return result
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.step()
+            except RedisUnavailable as exc:
+                # The leases may run out while Redis is away; the reaper then requeues them
+                # and the late settle calls are refused, so nothing runs twice unchecked.
+                log.warning("heartbeat failed; retrying", extra={"error": str(exc)})
+                if self.metrics is not None:
+                    self.metrics.redis_errors.labels(self.queue.name, "heartbeat").inc()
+                await asyncio.sleep(min(self.interval_s, 1.0))
+                continue
+            await asyncio.sleep(self.interval_s)

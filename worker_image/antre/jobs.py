@@ -1,0 +1,186 @@
+"""What a job is, seen from each side: the handler's :class:`Job`, and the inspector's
+:class:`JobInfo` with its lifecycle history. The record layout itself is in PROTOCOL.md."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class JobStatus(StrEnum):
+    #: In the ready list, waiting for a worker.
+    QUEUED = "queued"
+    #: Waiting in the retry set for its first run (delayed) or for a busy resource.
+    SCHEDULED = "scheduled"
+    #: Leased to a worker; the lease deadline is in the processing set.
+    PROCESSING = "processing"
+    #: Failed an attempt and waits in the retry set for the next one.
+    RETRYING = "retrying"
+    #: Out of attempts, or failed permanently; in the dead list until replayed or purged.
+    DEAD = "dead"
+    #: Acknowledged; the record is kept for done_ttl.
+    DONE = "done"
+    #: Withdrawn before it ran; the record is kept for done_ttl.
+    CANCELLED = "cancelled"
+
+
+def new_job_id() -> str:
+    """A 27-character id that sorts by creation time (ms, hex) then 64 random bits."""
+    return f"{time.time_ns() // 1_000_000:011x}{secrets.token_hex(8)}"
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    job_id: str
+    #: False when a live idempotency key returned an existing job instead of a new one.
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A job as the claim script hands it to a worker, payload still encoded."""
+
+    id: str
+    type: str
+    payload_json: str
+    attempt: int
+    max_attempts: int
+    lease: int
+    idempotency_key: str | None
+    resource_key: str | None
+    created_at_ms: int
+    headers_json: str
+
+
+StepRecorder = Callable[[str, str], Awaitable[None]]
+StepLoader = Callable[[], Awaitable[dict[str, str]]]
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    """What a handler receives. ``payload`` is the decoded JSON value."""
+
+    id: str
+    type: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    idempotency_key: str | None
+    resource_key: str | None
+    created_at_ms: int
+    headers: dict[str, str] = field(default_factory=dict)
+    _record_step: StepRecorder | None = None
+    _load_steps: StepLoader | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+    _steps: dict[str, str] | None = None
+
+    @property
+    def created_at(self) -> float:
+        """Enqueue time, seconds since the epoch (Redis server clock)."""
+        return self.created_at_ms / 1000
+
+    async def step(self, name: str, action: Callable[[], Awaitable[T] | T]) -> T:
+        """Runs ``action`` once across all attempts of this job.
+
+        The first successful run's result (JSON-encodable) is recorded under the lease token;
+        a replay of the job returns that result without calling ``action`` again. Recording
+        raises :class:`antre.LeaseLost` if this run no longer holds the job.
+        """
+        if self._record_step is None or self._load_steps is None:
+            raise RuntimeError("Job.step needs a job handed out by a worker")
+        if self._steps is None:
+            self._steps = await self._load_steps()
+        if name in self._steps:
+            return json.loads(self._steps[name])  # type: ignore[no-any-return]
+        outcome = action()
+        result: T = await outcome if isinstance(outcome, Awaitable) else outcome  # type: ignore[assignment]
+        encoded = json.dumps(result, separators=(",", ":"))
+        await self._record_step(name, encoded)
+        self._steps[name] = encoded
+        return result
+
+    def step_blocking(self, name: str, action: Callable[[], T]) -> T:
+        """:meth:`step` for plain ``def`` handlers, which run in a worker thread."""
+        if self._loop is None:
+            raise RuntimeError("Job.step_blocking needs a job handed out by a worker")
+        future = asyncio.run_coroutine_threadsafe(self.step(name, action), self._loop)
+        return future.result()
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEvent:
+    n: int
+    event: str
+    at_ms: int
+    attempt: int | None = None
+    worker: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A job record as stored, for ``Queue.get`` and ``antre job``."""
+
+    id: str
+    type: str
+    payload: Any
+    status: JobStatus
+    attempt: int
+    max_attempts: int
+    idempotency_key: str | None
+    resource_key: str | None
+    created_at_ms: int
+    updated_at_ms: int
+    last_error: str | None
+    worker: str | None
+    outcome: str | None
+    history: tuple[HistoryEvent, ...]
+    steps: dict[str, Any]
+
+    @classmethod
+    def from_hash(cls, fields: dict[str, str]) -> JobInfo:
+        history = []
+        steps: dict[str, Any] = {}
+        for name, value in fields.items():
+            if name.startswith("h:"):
+                raw = json.loads(value)
+                history.append(HistoryEvent(
+                    n=int(raw["n"]), event=raw["event"], at_ms=int(raw["at"]),
+                    attempt=raw.get("attempt"), worker=raw.get("worker"), error=raw.get("error"),
+                ))
+            elif name.startswith("step:"):
+                steps[name[5:]] = json.loads(value)
+        history.sort(key=lambda event: event.n)
+        return cls(
+            id=fields["id"], type=fields["type"], payload=json.loads(fields["payload"]),
+            status=JobStatus(fields["status"]), attempt=int(fields.get("attempt", 0)),
+            max_attempts=int(fields.get("max_attempts", 0)),
+            idempotency_key=fields.get("idempotency_key"), resource_key=fields.get("resource_key"),
+            created_at_ms=int(fields["created_at"]), updated_at_ms=int(fields["updated_at"]),
+            last_error=fields.get("last_error"), worker=fields.get("worker"),
+            outcome=fields.get("outcome"), history=tuple(history), steps=steps,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "type": self.type, "payload": self.payload, "status": str(self.status),
+            "attempt": self.attempt, "max_attempts": self.max_attempts,
+            "idempotency_key": self.idempotency_key, "resource_key": self.resource_key,
+            "created_at_ms": self.created_at_ms, "updated_at_ms": self.updated_at_ms,
+            "last_error": self.last_error, "worker": self.worker, "outcome": self.outcome,
+            "steps": self.steps,
+            "history": [
+                {k: v for k, v in (("n", e.n), ("event", e.event), ("at_ms", e.at_ms),
+                                   ("attempt", e.attempt), ("worker", e.worker),
+                                   ("error", e.error)) if v is not None}
+                for e in self.history
+            ],
+        }

@@ -1,0 +1,129 @@
+"""Every Redis key antre uses, built in one place.
+
+All keys of one queue share the Cluster hash tag ``{queue}``, so every script that
+touches several of them runs in one slot. No other module spells a key: they call
+these builders (a test greps the tree for the literal prefix).
+
+Layout for prefix ``antre`` and queue ``Q`` (Redis type in brackets):
+
+- ``antre:{Q}:queue``        [List]   ready job ids; producers LPUSH, workers pop from the right
+- ``antre:{Q}:processing``   [ZSET]   job id -> lease deadline (ms since epoch)
+- ``antre:{Q}:retry``        [ZSET]   job id -> due time (ms); retries and delayed jobs
+- ``antre:{Q}:dead``         [List]   dead-lettered job ids, newest at the left
+- ``antre:{Q}:job:<id>``     [Hash]   the job record (see PROTOCOL.md)
+- ``antre:{Q}:idem:<key>``   [String] idempotency key -> ``<job id>`` or ``<job id>|done``
+- ``antre:{Q}:lock:<res>``   [String] resource lock -> ``<job id>:<lease token>``
+- ``antre:{Q}:stats``        [Hash]   counters (done, dead, retried, ...)
+- ``antre:{Q}:workers``      [ZSET]   worker id -> last heartbeat (ms)
+- ``antre:{Q}:worker:<wid>`` [String] JSON registry entry of a live worker, with a TTL
+- ``antre:{Q}:reaper``       [String] short lock that lets one process run a reaper pass
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from antre import errors
+
+DEFAULT_PREFIX: Final = "antre"
+
+# Queue names end up inside a hash tag and in Kubernetes labels: keep them plain.
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
+
+
+def validate_queue_name(queue: str) -> str:
+    if not isinstance(queue, str) or not _QUEUE_NAME.match(queue):
+        raise errors.InvalidArgument(
+            f"queue: got {queue!r}; must be 1-128 characters of letters, digits, '.', '_' or '-',"
+            " starting with a letter or digit"
+        )
+    return queue
+
+
+def validate_prefix(prefix: str) -> str:
+    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+        raise errors.InvalidArgument(
+            f"prefix: got {prefix!r}; must be 1-64 characters of letters, digits, '.', '_', ':'"
+            " or '-', starting with a letter or digit"
+        )
+    return prefix
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """The key builders of one queue under one prefix."""
+
+    queue_name: str
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        validate_queue_name(self.queue_name)
+        validate_prefix(self.prefix)
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{{self.queue_name}}}:"
+
+    @property
+    def ready(self) -> str:
+        return self.base + "queue"
+
+    @property
+    def processing(self) -> str:
+        return self.base + "processing"
+
+    @property
+    def retry(self) -> str:
+        return self.base + "retry"
+
+    @property
+    def dead(self) -> str:
+        return self.base + "dead"
+
+    @property
+    def stats(self) -> str:
+        return self.base + "stats"
+
+    @property
+    def workers(self) -> str:
+        return self.base + "workers"
+
+    @property
+    def reaper_lock(self) -> str:
+        return self.base + "reaper"
+
+    @property
+    def job_prefix(self) -> str:
+        """Scripts that find job ids in a list build ``job_prefix .. id`` (same slot)."""
+        return self.base + "job:"
+
+    @property
+    def idempotency_prefix(self) -> str:
+        return self.base + "idem:"
+
+    @property
+    def lock_prefix(self) -> str:
+        return self.base + "lock:"
+
+    @property
+    def worker_prefix(self) -> str:
+        return self.base + "worker:"
+
+    def job(self, job_id: str) -> str:
+        return self.job_prefix + job_id
+
+    def idempotency(self, key: str) -> str:
+        return self.idempotency_prefix + key
+
+    def resource_lock(self, resource_key: str) -> str:
+        return self.lock_prefix + resource_key
+
+    def worker(self, worker_id: str) -> str:
+        return self.worker_prefix + worker_id
+
+    def scan_pattern(self) -> str:
+        """A SCAN MATCH pattern for every key of this queue (braces are glob-safe here)."""
+        return self.prefix + ":[{]" + self.queue_name + "[}]:*"

@@ -1,0 +1,62 @@
+"""Structured logs: one JSON object per line, one line per job lifecycle event.
+
+Lifecycle events go to the ``antre.lifecycle`` logger: ``claimed`` at DEBUG (one per run is a
+lot of lines at thousands of jobs per second), every outcome (``acked``, ``retrying``, ``dead``,
+``lease_lost``, ``released``, ``duplicate``) at INFO, failures at WARNING.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+from antre.jobs import ClaimedJob
+
+lifecycle = logging.getLogger("antre.lifecycle")
+log = logging.getLogger("antre")
+
+_RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _RESERVED and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str, separators=(",", ":"))
+
+
+def configure(level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def job_event(event: str, job: ClaimedJob, *, worker_id: str, level: int = logging.INFO,
+              **fields: Any) -> None:
+    """Logs one lifecycle event of ``job``; cheap when the level is off."""
+    if not lifecycle.isEnabledFor(level):
+        return
+    extra = {
+        "event": event, "job_id": job.id, "job_type": job.type, "attempt": job.attempt,
+        "worker_id": worker_id, "idempotency_key": job.idempotency_key,
+        "resource_key": job.resource_key, **fields,
+    }
+    lifecycle.log(level, event, extra=extra)
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000

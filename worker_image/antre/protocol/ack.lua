@@ -1,0 +1,47 @@
+-- ack: settle jobs as done, in a batch; each needs its current lease token (fencing).
+-- KEYS[1] -> <prefix>:{Q}:processing  (ZSET)
+-- KEYS[2] -> <prefix>:{Q}:stats       (Hash)
+-- Undeclared keys under the same {Q} tag: job hashes, idempotency keys, resource locks.
+-- ARGV[1] -> done_ttl_ms (0 deletes the record at once)
+-- ARGV[2] -> idempotency_done_ttl_ms (how long a completed key keeps deduplicating)
+-- ARGV[3] -> job key prefix, ARGV[4] -> idempotency key prefix, ARGV[5] -> lock key prefix
+-- ARGV[6] -> worker id
+-- ARGV[7..] -> pairs: job id, lease token
+-- Returns: one integer per pair: 1 acked, 0 not the lease holder (the ack changed nothing).
+-- Errors: none of its own.
+local processing_key, stats_key = KEYS[1], KEYS[2]
+local done_ttl_ms, idem_done_ttl_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
+local job_prefix, idem_prefix, lock_prefix, worker = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local now = now_ms()
+local result, settled = {}, {}
+
+for i = 7, #ARGV, 2 do
+  local id, lease = ARGV[i], ARGV[i + 1]
+  local job_key = job_prefix .. id
+  local f = redis.call('HMGET', job_key, 'status', 'lease', 'idempotency_key', 'resource_key',
+    'events', 'attempt')
+  if f[1] == 'processing' and f[2] == lease then
+    local n, hfield, hvalue = history_entry(f[5], 'acked', now, f[6], worker, nil)
+    redis.call('HSET', job_key, 'status', 'done', 'outcome', 'succeeded', 'updated_at', now,
+      'finished_at', now, 'events', n, hfield, hvalue)
+    if done_ttl_ms > 0 then
+      redis.call('PEXPIRE', job_key, done_ttl_ms)
+    else
+      redis.call('DEL', job_key)
+    end
+    if f[3] then
+      redis.call('SET', idem_prefix .. f[3], id .. '|done', 'PX', idem_done_ttl_ms)
+    end
+    release_lock(lock_prefix, f[4], id .. ':' .. lease)
+    settled[#settled + 1] = id
+    result[#result + 1] = 1
+  else
+    result[#result + 1] = 0
+  end
+end
+
+if #settled > 0 then
+  redis.call('ZREM', processing_key, unpack(settled))
+  redis.call('HINCRBY', stats_key, 'done', #settled)
+end
+return result

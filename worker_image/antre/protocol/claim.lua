@@ -1,0 +1,130 @@
+-- claim: lease up to N ready jobs to one worker, after promoting due retries.
+-- KEYS[1] -> <prefix>:{Q}:queue       (List, ready ids; popped from the right)
+-- KEYS[2] -> <prefix>:{Q}:processing  (ZSET, id -> lease deadline ms)
+-- KEYS[3] -> <prefix>:{Q}:retry       (ZSET, id -> due ms)
+-- KEYS[4] -> <prefix>:{Q}:stats       (Hash)
+-- KEYS[5] -> <prefix>:{Q}:dead        (List; a job whose resource stays busy too long)
+-- Undeclared keys, all under the same {Q} hash tag, so Cluster-safe: the job hashes
+-- <prefix>:{Q}:job:<id>, idempotency keys <prefix>:{Q}:idem:<k> and resource locks
+-- <prefix>:{Q}:lock:<r>; their names are only known after the pop.
+-- ARGV[1] -> max jobs to claim
+-- ARGV[2] -> lease_ms (visibility timeout)
+-- ARGV[3] -> worker id
+-- ARGV[4] -> job key prefix, ARGV[5] -> idempotency key prefix, ARGV[6] -> lock key prefix
+-- ARGV[7] -> promote_limit (due retries moved per call)
+-- ARGV[8] -> lock_defer_ms (how long a job waits when its resource is busy)
+-- ARGV[9] -> lock_max_deferrals (after that many waits the job goes to dead)
+-- ARGV[10] -> done_ttl_ms (how long a finished record is kept)
+-- Returns: {0, next_due_ms or -1, now_ms} when nothing was claimed, else
+--          {1, then 10 values per job: id, type, payload, attempt, max_attempts, lease,
+--           idempotency_key, resource_key, created_at, headers}
+-- Errors: none of its own; jobs whose record vanished are dropped from the queue.
+local ready_key, processing_key, retry_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local dead_key = KEYS[5]
+local max_jobs, lease_ms, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local job_prefix, idem_prefix, lock_prefix = ARGV[4], ARGV[5], ARGV[6]
+local promote_limit, lock_defer_ms = tonumber(ARGV[7]), tonumber(ARGV[8])
+local lock_max_deferrals, done_ttl_ms = tonumber(ARGV[9]), tonumber(ARGV[10])
+local now = now_ms()
+
+promote_due(ready_key, retry_key, job_prefix, now, promote_limit)
+
+local ids = redis.call('RPOP', ready_key, max_jobs)
+if not ids then
+  local head = redis.call('ZRANGE', retry_key, 0, 0, 'WITHSCORES')
+  if head[2] then return {0, tonumber(head[2]), now} end
+  return {0, -1, now}
+end
+
+local deadline = now + lease_ms
+local result = {1}
+local leased = {}
+local duplicates, deferred = 0, 0
+
+for _, id in ipairs(ids) do
+  local job_key = job_prefix .. id
+  local f = redis.call('HMGET', job_key, 'type', 'payload', 'attempt', 'max_attempts', 'lease',
+    'idempotency_key', 'resource_key', 'created_at', 'headers', 'events', 'status',
+    'lock_deferrals')
+  local job_type, status = f[1], f[11]
+  if job_type and status == 'queued' then
+    local idem, resource = f[6], f[7]
+    local attempt, lease = tonumber(f[3]) + 1, tonumber(f[5]) + 1
+    local outcome = 'run'
+    if idem then
+      local marker = redis.call('GET', idem_prefix .. idem)
+      if marker and string.sub(marker, -5) == '|done' then outcome = 'duplicate' end
+    end
+    local token = id .. ':' .. lease
+    if outcome == 'run' and resource then
+      local lock_key = lock_prefix .. resource
+      local holder = redis.call('GET', lock_key)
+      -- A lock left by an earlier attempt of this same job belongs to a dead lease.
+      if holder and string.match(holder, '^([^:]+)') ~= id then
+        outcome = 'deferred'
+      else
+        redis.call('SET', lock_key, token, 'PX', lease_ms)
+      end
+    end
+
+    if outcome == 'run' then
+      local n, hfield, hvalue = history_entry(f[10], 'claimed', now, attempt, worker, nil)
+      redis.call('HSET', job_key, 'status', 'processing', 'attempt', attempt, 'lease', lease,
+        'worker', worker, 'updated_at', now, 'events', n, hfield, hvalue)
+      leased[#leased + 1] = deadline
+      leased[#leased + 1] = id
+      result[#result + 1] = id
+      result[#result + 1] = job_type
+      result[#result + 1] = f[2]
+      result[#result + 1] = attempt
+      result[#result + 1] = f[4]
+      result[#result + 1] = lease
+      result[#result + 1] = idem or ''
+      result[#result + 1] = resource or ''
+      result[#result + 1] = f[8]
+      result[#result + 1] = f[9] or ''
+    elseif outcome == 'duplicate' then
+      -- The key was completed by another run: settle without calling the handler.
+      local n, hfield, hvalue = history_entry(f[10], 'duplicate', now, f[3], worker,
+        'idempotency key ' .. idem .. ' already done')
+      redis.call('HSET', job_key, 'status', 'done', 'outcome', 'duplicate', 'updated_at', now,
+        'finished_at', now, 'events', n, hfield, hvalue)
+      if done_ttl_ms > 0 then
+        redis.call('PEXPIRE', job_key, done_ttl_ms)
+      else
+        redis.call('DEL', job_key)
+      end
+      duplicates = duplicates + 1
+    else
+      -- Contention is not failure: wait without spending an attempt, but not forever.
+      local waits = (tonumber(f[12]) or 0) + 1
+      if waits > lock_max_deferrals then
+        local reason = 'resource ' .. resource .. ' stayed locked through ' .. lock_max_deferrals
+          .. ' deferrals'
+        local n, hfield, hvalue = history_entry(f[10], 'dead', now, f[3], worker, reason)
+        redis.call('HSET', job_key, 'status', 'dead', 'last_error', reason, 'updated_at', now,
+          'died_at', now, 'events', n, hfield, hvalue)
+        redis.call('LPUSH', dead_key, id)
+        redis.call('HINCRBY', stats_key, 'dead', 1)
+      else
+        local n, hfield, hvalue = history_entry(f[10], 'deferred', now, f[3], worker,
+          'resource ' .. resource .. ' busy')
+        redis.call('HSET', job_key, 'status', 'scheduled', 'lock_deferrals', waits,
+          'updated_at', now, 'queued_at', now + lock_defer_ms, 'events', n, hfield, hvalue)
+        redis.call('ZADD', retry_key, now + lock_defer_ms, id)
+        deferred = deferred + 1
+      end
+    end
+  end
+end
+
+if #leased > 0 then
+  redis.call('ZADD', processing_key, unpack(leased))
+end
+if duplicates > 0 then redis.call('HINCRBY', stats_key, 'duplicate', duplicates) end
+if deferred > 0 then redis.call('HINCRBY', stats_key, 'lock_deferred', deferred) end
+if #result == 1 then
+  -- Everything popped was settled without running: let the caller claim again at once.
+  return {0, now, now}
+end
+return result

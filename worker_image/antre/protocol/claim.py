@@ -1,0 +1,54 @@
+"""Claim: lease up to N ready jobs to a worker in one round trip (due retries promoted first)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from antre.jobs import ClaimedJob
+from antre.protocol.scripts import Op, load
+from antre.settings import QueueSettings, WorkerSettings
+
+#: Due retries moved to the ready list per claim call.
+PROMOTE_LIMIT = 100
+_FIELDS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    jobs: list[ClaimedJob]
+    #: When nothing was claimed: the due time (ms, Redis clock) of the next scheduled job, or None.
+    next_due_ms: int | None
+    #: When nothing was claimed: the Redis clock (ms) at the call, to turn next_due_ms into a wait.
+    now_ms: int | None
+
+
+def _parse(reply: list[Any]) -> ClaimResult:
+    if int(reply[0]) == 0:
+        next_due = int(reply[1])
+        return ClaimResult(jobs=[], next_due_ms=None if next_due < 0 else next_due,
+                           now_ms=int(reply[2]))
+    jobs = []
+    for i in range(1, len(reply), _FIELDS):
+        jobs.append(ClaimedJob(
+            id=reply[i], type=reply[i + 1], payload_json=reply[i + 2], attempt=int(reply[i + 3]),
+            max_attempts=int(reply[i + 4]), lease=int(reply[i + 5]),
+            idempotency_key=reply[i + 6] or None, resource_key=reply[i + 7] or None,
+            created_at_ms=int(reply[i + 8]), headers_json=reply[i + 9],
+        ))
+    return ClaimResult(jobs=jobs, next_due_ms=None, now_ms=None)
+
+
+def claim_op(settings: QueueSettings, worker_settings: WorkerSettings, *, worker_id: str,
+             max_jobs: int) -> Op[ClaimResult]:
+    k = settings.keys
+    return Op(
+        load("claim"),
+        [k.ready, k.processing, k.retry, k.stats, k.dead],
+        [
+            max_jobs, worker_settings.lease_ms, worker_id, k.job_prefix, k.idempotency_prefix,
+            k.lock_prefix, PROMOTE_LIMIT, int(worker_settings.lock_defer_s * 1000),
+            worker_settings.lock_max_deferrals, int(settings.done_ttl_s * 1000),
+        ],
+        _parse,
+    )

@@ -1,0 +1,89 @@
+"""Enqueue: one or many jobs in one script call, deduplicated by idempotency key."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from antre import errors
+from antre.jobs import EnqueueResult, new_job_id
+from antre.protocol.scripts import Op, ScriptArg, load
+from antre.settings import QueueSettings
+
+#: Jobs per script call in enqueue_many: big enough to amortise the round trip, small enough
+#: not to stall Redis for other clients.
+BATCH_SIZE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    type: str
+    payload: Any = None
+    idempotency_key: str | None = None
+    resource_key: str | None = None
+    max_attempts: int | None = None
+    delay_s: float = 0.0
+    headers: dict[str, str] | None = None
+
+
+def encode(settings: QueueSettings, job: NewJob) -> list[ScriptArg]:
+    """Validates one job and returns its 8 script arguments (the id is generated here)."""
+    if not isinstance(job.type, str) or not job.type or len(job.type) > 200:
+        raise errors.InvalidArgument(
+            f"type: got {job.type!r}; must be a non-empty string of at most 200 characters"
+        )
+    try:
+        payload = json.dumps(job.payload, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise errors.InvalidArgument(
+            f"payload: {exc}; must be JSON-serialisable (dict, list, str, int, float, bool, None)"
+        ) from None
+    if len(payload.encode()) > settings.max_payload_bytes:
+        raise errors.PayloadTooLarge(
+            f"payload: {len(payload.encode())} bytes encoded; must be at most "
+            f"{settings.max_payload_bytes} bytes (QueueSettings.max_payload_bytes)"
+        )
+    max_attempts = settings.max_attempts if job.max_attempts is None else job.max_attempts
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise errors.InvalidArgument(f"max_attempts: got {max_attempts!r}; must be an integer >= 1")
+    if isinstance(job.delay_s, bool) or not isinstance(job.delay_s, int | float) or not (
+        job.delay_s >= 0
+    ):
+        raise errors.InvalidArgument(f"delay: got {job.delay_s!r}; must be a number of seconds >= 0")
+    for name in ("idempotency_key", "resource_key"):
+        value = getattr(job, name)
+        if value is not None and (not isinstance(value, str) or not value or len(value) > 512):
+            raise errors.InvalidArgument(
+                f"{name}: got {value!r}; must be a non-empty string of at most 512 characters"
+            )
+    headers = json.dumps(job.headers, separators=(",", ":")) if job.headers else ""
+    return [
+        new_job_id(), job.type, payload, max_attempts, int(job.delay_s * 1000),
+        job.idempotency_key or "", job.resource_key or "", headers,
+    ]
+
+
+def _parse(reply: list[Any]) -> list[EnqueueResult]:
+    return [EnqueueResult(job_id=str(reply[i]), created=bool(int(reply[i + 1])))
+            for i in range(0, len(reply), 2)]
+
+
+def enqueue_ops(settings: QueueSettings, jobs: Sequence[NewJob]) -> list[Op[list[EnqueueResult]]]:
+    """Script calls for ``jobs``, BATCH_SIZE per call, in order. Validation happens for all
+    jobs before any call is built, so a bad job enqueues nothing."""
+    encoded = [encode(settings, job) for job in jobs]
+    k = settings.keys
+    ops = []
+    for start in range(0, len(encoded), BATCH_SIZE):
+        batch = encoded[start:start + BATCH_SIZE]
+        script_keys = [k.ready, k.retry, k.stats]
+        args: list[ScriptArg] = [len(batch), int(settings.idempotency_ttl_s * 1000)]
+        for job_args in batch:
+            script_keys.append(k.job(str(job_args[0])))
+            if job_args[5]:
+                script_keys.append(k.idempotency(str(job_args[5])))
+            args.extend(job_args)
+        ops.append(Op(load("enqueue"), script_keys, args, _parse))
+    return ops

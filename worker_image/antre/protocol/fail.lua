@@ -1,0 +1,44 @@
+-- fail: a run failed; retry the job after a delay, or dead-letter it.
+-- KEYS[1] -> <prefix>:{Q}:processing  (ZSET)
+-- KEYS[2] -> <prefix>:{Q}:retry       (ZSET)
+-- KEYS[3] -> <prefix>:{Q}:dead        (List)
+-- KEYS[4] -> <prefix>:{Q}:stats       (Hash)
+-- KEYS[5] -> <prefix>:{Q}:job:<id>    (Hash)
+-- Undeclared key under the same {Q} tag: the job's resource lock.
+-- ARGV[1] -> job id, ARGV[2] -> lease token
+-- ARGV[3] -> error text (kept as last_error)
+-- ARGV[4] -> retry_delay_ms; -1 means permanent: dead at once
+-- ARGV[5] -> worker id, ARGV[6] -> lock key prefix
+-- Returns: {'retrying', due_ms} or {'dead', died_at_ms}
+-- Errors: ANTRE_NOT_LEASE_HOLDER when the token is not current (nothing changes).
+local processing_key, retry_key, dead_key, stats_key, job_key = KEYS[1], KEYS[2], KEYS[3],
+  KEYS[4], KEYS[5]
+local id, lease, err, delay_ms = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local worker, lock_prefix = ARGV[5], ARGV[6]
+local now = now_ms()
+
+local f = redis.call('HMGET', job_key, 'status', 'lease', 'attempt', 'max_attempts',
+  'resource_key', 'events')
+if f[1] ~= 'processing' or f[2] ~= lease then
+  return redis.error_reply('ANTRE_NOT_LEASE_HOLDER job ' .. id .. ' lease ' .. lease)
+end
+redis.call('ZREM', processing_key, id)
+release_lock(lock_prefix, f[5], id .. ':' .. lease)
+
+local attempt, max_attempts = tonumber(f[3]), tonumber(f[4])
+if delay_ms < 0 or attempt >= max_attempts then
+  local n, hfield, hvalue = history_entry(f[6], 'dead', now, attempt, worker, err)
+  redis.call('HSET', job_key, 'status', 'dead', 'last_error', err, 'updated_at', now,
+    'died_at', now, 'events', n, hfield, hvalue)
+  redis.call('LPUSH', dead_key, id)
+  redis.call('HINCRBY', stats_key, 'dead', 1)
+  return {'dead', now}
+end
+
+local due = now + delay_ms
+local n, hfield, hvalue = history_entry(f[6], 'retrying', now, attempt, worker, err)
+redis.call('HSET', job_key, 'status', 'retrying', 'last_error', err, 'updated_at', now,
+  'queued_at', due, 'events', n, hfield, hvalue)
+redis.call('ZADD', retry_key, due, id)
+redis.call('HINCRBY', stats_key, 'retried', 1)
+return {'retrying', due}

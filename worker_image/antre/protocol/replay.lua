@@ -1,0 +1,35 @@
+-- replay: move dead jobs back to the ready queue with a fresh attempt budget.
+-- KEYS[1] -> <prefix>:{Q}:queue  (List)
+-- KEYS[2] -> <prefix>:{Q}:dead   (List, newest at the left)
+-- KEYS[3] -> <prefix>:{Q}:stats  (Hash)
+-- Undeclared keys under the same {Q} tag: job hashes.
+-- ARGV[1] -> job key prefix
+-- ARGV[2] -> limit: with no ids, replay up to this many of the oldest dead jobs
+-- ARGV[3..] -> job ids to replay (none = the oldest `limit`)
+-- Returns: the ids replayed (ids not in dead are skipped).
+-- Errors: none of its own.
+local ready_key, dead_key, stats_key = KEYS[1], KEYS[2], KEYS[3]
+local job_prefix, limit = ARGV[1], tonumber(ARGV[2])
+local now = now_ms()
+local ids = {}
+if #ARGV > 2 then
+  for i = 3, #ARGV do
+    if redis.call('LREM', dead_key, 1, ARGV[i]) == 1 then ids[#ids + 1] = ARGV[i] end
+  end
+else
+  ids = redis.call('RPOP', dead_key, limit) or {}
+end
+local replayed = {}
+for _, id in ipairs(ids) do
+  local job_key = job_prefix .. id
+  local events = redis.call('HGET', job_key, 'events')
+  if events then
+    local n, hfield, hvalue = history_entry(events, 'replayed', now, 0, nil, nil)
+    redis.call('HSET', job_key, 'status', 'queued', 'attempt', 0, 'lock_deferrals', 0,
+      'updated_at', now, 'queued_at', now, 'events', n, hfield, hvalue)
+    redis.call('LPUSH', ready_key, id)
+    replayed[#replayed + 1] = id
+  end
+end
+if #replayed > 0 then redis.call('HINCRBY', stats_key, 'replayed', #replayed) end
+return replayed

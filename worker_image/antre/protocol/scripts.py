@@ -1,0 +1,105 @@
+"""Loading the Lua scripts and running them with EVALSHA (EVAL on NOSCRIPT).
+
+Every ``<name>.lua`` beside this module is one state change; ``_prelude.lua`` holds the helpers
+they share and is prepended at load time. An :class:`Op` bundles a script call with the parser of
+its reply, so the sync and asyncio clients share one definition of every operation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, Generic, TypeVar
+
+import redis
+
+from antre import errors
+
+T = TypeVar("T")
+ScriptArg = str | int | float
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    name: str
+    text: str
+    sha: str
+
+
+@cache
+def load(name: str) -> Script:
+    package = resources.files("antre.protocol")
+    prelude = package.joinpath("_prelude.lua").read_text(encoding="utf-8")
+    body = package.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    text = prelude + "\n" + body
+    return Script(name=name, text=text, sha=hashlib.sha1(text.encode()).hexdigest())
+
+
+@dataclass(frozen=True, slots=True)
+class Op(Generic[T]):
+    """One script call and the function that turns its raw reply into a typed result."""
+
+    script: Script
+    keys: Sequence[str]
+    args: Sequence[ScriptArg]
+    parse: Callable[[Any], T]
+
+
+_ERROR_TYPES: dict[str, type[errors.AntreError]] = {
+    "ANTRE_NOT_LEASE_HOLDER": errors.LeaseLost,
+    "ANTRE_JOB_NOT_FOUND": errors.JobNotFound,
+    "ANTRE_JOB_BUSY": errors.JobBusy,
+}
+
+
+def _translate(exc: redis.ResponseError) -> Exception:
+    message = str(exc)
+    code = message.split(" ", 1)[0]
+    error_type = _ERROR_TYPES.get(code)
+    if error_type is not None:
+        return error_type(message.split(" ", 1)[1] if " " in message else message)
+    return errors.ProtocolError(f"Redis rejected a script call: {message}")
+
+
+def _is_noscript(exc: redis.ResponseError) -> bool:
+    return isinstance(exc, redis.exceptions.NoScriptError) or str(exc).startswith("NOSCRIPT")
+
+
+def run(client: Any, op: Op[T]) -> T:
+    """Runs ``op`` on a sync client (``redis.Redis`` or ``redis.cluster.RedisCluster``)."""
+    numkeys = len(op.keys)
+    try:
+        try:
+            reply = client.evalsha(op.script.sha, numkeys, *op.keys, *op.args)
+        except redis.ResponseError as exc:
+            if not _is_noscript(exc):
+                raise
+            # EVAL runs the script and caches it, so later calls hit EVALSHA again.
+            reply = client.eval(op.script.text, numkeys, *op.keys, *op.args)
+    except redis.ResponseError as exc:
+        raise _translate(exc) from None
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise errors.RedisUnavailable(f"Redis is unreachable: {exc}") from exc
+    return op.parse(reply)
+
+
+async def run_async(client: Any, op: Op[T]) -> T:
+    """Runs ``op`` on an asyncio client (``redis.asyncio.Redis`` or its cluster twin)."""
+    numkeys = len(op.keys)
+    try:
+        try:
+            reply = await client.evalsha(op.script.sha, numkeys, *op.keys, *op.args)
+        except redis.ResponseError as exc:
+            if not _is_noscript(exc):
+                raise
+            reply = await client.eval(op.script.text, numkeys, *op.keys, *op.args)
+    except redis.ResponseError as exc:
+        raise _translate(exc) from None
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise errors.RedisUnavailable(f"Redis is unreachable: {exc}") from exc
+    return op.parse(reply)
+
+

@@ -1,0 +1,36 @@
+"""Checks of the Redis server's configuration that decide whether leases can be trusted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+WANTED_POLICY = "noeviction"
+
+
+def _policy_from_info(info: Any) -> str | None:
+    if isinstance(info, dict) and "maxmemory_policy" in info:
+        return str(info["maxmemory_policy"])
+    if isinstance(info, dict):  # cluster clients answer per node
+        for value in info.values():
+            policy = _policy_from_info(value)
+            if policy is not None:
+                return policy
+    return None
+
+
+def describe_policy(policy: str | None) -> str | None:
+    """The warning for a maxmemory-policy, or None when it is safe."""
+    if policy is None or policy == WANTED_POLICY:
+        return None
+    return (
+        f"Redis maxmemory-policy is {policy!r}: under memory pressure Redis may evict job "
+        "records, leases or locks and silently lose jobs. Set maxmemory-policy to 'noeviction'."
+    )
+
+
+def eviction_policy_warning_sync(client: Any) -> str | None:
+    return describe_policy(_policy_from_info(client.info("memory")))
+
+
+async def eviction_policy_warning(client: Any) -> str | None:
+    return describe_policy(_policy_from_info(await client.info("memory")))
