@@ -12,8 +12,8 @@ import re
 import kubernetes_validate
 import pytest
 
-from .helm_runner import NAMESPACE, Rendering
 from .crd_schemas import validation_errors
+from .helm_runner import NAMESPACE, Rendering
 
 # The oldest Kubernetes the chart supports is 1.27 (Chart.yaml kubeVersion); validating against a
 # recent release catches removed APIs, and the objects used here are stable since 1.25.

@@ -1,0 +1,79 @@
+"""The optional example JobQueue.
+
+Aspects: off by default; points at the chart's Redis Secret when redis.enabled; keeps a
+user-given spec.redis; with the API on and no token Secret named, the chart generates one and
+references it (the CRD requires spec.api.tokenSecretRef then); without any Redis the chart
+refuses with a message saying what to set; the result passes the CRD's schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .crd_schemas import validation_errors
+from .helm_runner import FULLNAME, Rendering, render_error
+
+Render = Callable[[dict[str, Any]], Rendering]
+ON = {"enabled": True}
+
+
+def test_off_by_default(rendered: Render) -> None:
+    assert not rendered({}).of_kind("JobQueue")
+
+
+def test_uses_the_chart_redis(rendered: Render, chart_crds: dict) -> None:
+    queue = rendered({"redis": ON, "exampleJobQueue": ON}).one("JobQueue", "example")
+    assert queue["spec"]["redis"] == {
+        "urlSecretRef": {"name": f"{FULLNAME}-redis", "key": "redis-url"}}
+    assert not validation_errors(chart_crds, queue)
+
+
+def test_uses_the_existing_redis_secret_url_key(rendered: Render) -> None:
+    queue = rendered({
+        "redis": {"enabled": True, "auth": {"existingSecret": "mine", "existingSecretUrlKey": "u"}},
+        "exampleJobQueue": ON,
+    }).one("JobQueue")
+    assert queue["spec"]["redis"]["urlSecretRef"] == {"name": "mine", "key": "u"}
+
+
+def test_keeps_a_given_redis(rendered: Render) -> None:
+    redis = {"url": "redis://elsewhere:6379/1"}
+    queue = rendered({"redis": ON, "exampleJobQueue": {"enabled": True, "spec": {
+        "redis": redis, "worker": {"handlers": "myapp.jobs"}}}}).one("JobQueue")
+    assert queue["spec"]["redis"] == redis
+    # helm merges user values into the defaults, so concurrency: 4 stays.
+    assert queue["spec"]["worker"]["handlers"] == "myapp.jobs"
+
+
+def test_api_token_is_generated_when_not_given(rendered: Render, chart_crds: dict) -> None:
+    rendering = rendered({"redis": ON, "exampleJobQueue": {
+        "enabled": True, "spec": {"api": {"enabled": True}}}})
+    queue = rendering.one("JobQueue")
+    secret_name = f"{FULLNAME}-example-api-token"
+    assert queue["spec"]["api"]["tokenSecretRef"] == {"name": secret_name, "key": "token"}
+    assert "token" in rendering.one("Secret", secret_name)["data"]
+    assert not validation_errors(chart_crds, queue)
+
+
+def test_api_token_secret_given(rendered: Render) -> None:
+    ref = {"name": "api-token", "key": "t"}
+    rendering = rendered({"redis": ON, "exampleJobQueue": {
+        "enabled": True, "spec": {"api": {"enabled": True, "tokenSecretRef": ref}}}})
+    assert rendering.one("JobQueue")["spec"]["api"]["tokenSecretRef"] == ref
+    assert not [s for s in rendering.of_kind("Secret") if "api-token" in s["metadata"]["name"]]
+
+
+def test_needs_some_redis(helm: str, tmp_path: Path) -> None:
+    error = render_error(helm, tmp_path, {"exampleJobQueue": ON})
+    assert "exampleJobQueue.spec.redis is required when redis.enabled is false" in error
+
+
+def test_the_crd_schema_catches_a_bad_spec(rendered: Render, chart_crds: dict) -> None:
+    """The check used above is not vacuous: an unknown field and a bad range are reported."""
+    queue = rendered({"redis": ON, "exampleJobQueue": {"enabled": True, "spec": {
+        "worker": {"handlers": "x", "concurrency": 0, "colour": "red"}}}}).one("JobQueue")
+    errors = "\n".join(validation_errors(chart_crds, queue))
+    assert "colour" in errors
+    assert "spec.worker.concurrency" in errors

@@ -1,0 +1,53 @@
+"""`helm lint` passes, and NOTES.txt tells the next step.
+
+Aspects: lint --strict with the defaults and with everything turned on; the notes name the
+release namespace, the Redis Secret to reference when Redis is on, what to do without Redis,
+and the CRD upgrade step; the peering note comes first when there are several replicas.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .helm_runner import CHART_DIR, FULLNAME, NAMESPACE, RELEASE, run_helm, values_args
+
+EVERYTHING_ON = {
+    "redis": {"enabled": True},
+    "exampleJobQueue": {"enabled": True, "spec": {"api": {"enabled": True}}},
+    "operator": {"replicaCount": 2, "watchNamespaces": ["a"],
+                 "podDisruptionBudget": {"enabled": True}},
+}
+
+
+@pytest.mark.parametrize("values", [{}, EVERYTHING_ON], ids=["defaults", "everything-on"])
+def test_lint(helm: str, tmp_path: Path, values: dict) -> None:
+    result = run_helm(helm, "lint", "--strict", str(CHART_DIR), *values_args(values, tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+def notes(helm: str, tmp_path: Path, values: dict) -> str:
+    """NOTES.txt as `helm install` prints it (client-side dry run: no cluster needed)."""
+    result = run_helm(helm, "install", RELEASE, str(CHART_DIR), "--namespace", NAMESPACE,
+                      "--dry-run=client", *values_args(values, tmp_path))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split("NOTES:", 1)[1]
+
+
+def test_notes_without_redis(helm: str, tmp_path: Path) -> None:
+    text = notes(helm, tmp_path, {})
+    assert f"has been deployed to namespace {NAMESPACE}" in text
+    assert "No Redis was installed" in text
+    assert "kubectl apply -f crds/" in text
+    assert "kubectl --namespace <your-namespace> apply -f examples/jobqueue.yaml" in text
+
+
+def test_notes_with_redis_and_peering(helm: str, tmp_path: Path) -> None:
+    text = notes(helm, tmp_path, EVERYTHING_ON)
+    assert text.lstrip().startswith("NOTE: operator.replicaCount=2")
+    assert f"name: {FULLNAME}-redis" in text
+    assert "key: redis-url" in text
+    assert "watches JobQueues in: a" in text
+    assert "get jobqueues example --watch" in text
