@@ -22,15 +22,6 @@ MAX_NAME_LENGTH: Final = 45
 Manifest = dict[str, Any]
 
 
-@dataclasses.dataclass(frozen=True)
-class Owner:
-    """The JobQueue that owns the children, as its ownerReference needs it."""
-
-    name: str
-    namespace: str
-    uid: str
-
-
 def worker_name(jobqueue: str) -> str:
     return f"{jobqueue}-worker"
 
@@ -68,16 +59,17 @@ def _labels(jobqueue: str, component: str) -> dict[str, str]:
     }
 
 
-def _metadata(owner: Owner, name: str, component: str) -> dict[str, Any]:
+def _metadata(jq: spec.JobQueueSpec, owner_uid: str, name: str,
+              component: str) -> dict[str, Any]:
     return {
         "name": name,
-        "namespace": owner.namespace,
-        "labels": _labels(owner.name, component),
+        "namespace": jq.namespace,
+        "labels": _labels(jq.name, component),
         "ownerReferences": [{
             "apiVersion": f"{settings.GROUP}/{settings.VERSION}",
             "kind": settings.KIND,
-            "name": owner.name,
-            "uid": owner.uid,
+            "name": jq.name,
+            "uid": owner_uid,
             "controller": True,
             "blockOwnerDeletion": True,
         }],
@@ -179,7 +171,7 @@ def _pod_template(jobqueue: str, component: str, worker: spec.WorkerSpec,
     return {"metadata": metadata, "spec": pod}
 
 
-def render_worker_deployment(jq: spec.JobQueueSpec, owner: Owner, *, replicas: int) -> Manifest:
+def render_worker_deployment(jq: spec.JobQueueSpec, owner_uid: str, *, replicas: int) -> Manifest:
     """The worker pool; ``replicas`` is the operator's decision (autoscaler or spec.replicas)."""
     worker = jq.worker
     env = [
@@ -212,7 +204,7 @@ def render_worker_deployment(jq: spec.JobQueueSpec, owner: Owner, *, replicas: i
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(owner, worker_name(jq.name), "worker"),
+        "metadata": _metadata(jq, owner_uid, worker_name(jq.name), "worker"),
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector_labels(jq.name, "worker")},
@@ -224,7 +216,7 @@ def render_worker_deployment(jq: spec.JobQueueSpec, owner: Owner, *, replicas: i
     }
 
 
-def render_reaper_cronjob(jq: spec.JobQueueSpec, owner: Owner) -> Manifest:
+def render_reaper_cronjob(jq: spec.JobQueueSpec, owner_uid: str) -> Manifest:
     """`antre reaper --once` on a schedule: requeues jobs whose leases expired."""
     container = {
         "name": "reaper",
@@ -239,7 +231,7 @@ def render_reaper_cronjob(jq: spec.JobQueueSpec, owner: Owner) -> Manifest:
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
-        "metadata": _metadata(owner, reaper_name(jq.name), "reaper"),
+        "metadata": _metadata(jq, owner_uid, reaper_name(jq.name), "reaper"),
         "spec": {
             "schedule": jq.reaper.schedule,
             "suspend": jq.reaper.suspend,
@@ -260,7 +252,7 @@ def render_reaper_cronjob(jq: spec.JobQueueSpec, owner: Owner) -> Manifest:
     }
 
 
-def render_api_deployment(jq: spec.JobQueueSpec, owner: Owner) -> Manifest:
+def render_api_deployment(jq: spec.JobQueueSpec, owner_uid: str) -> Manifest:
     """The HTTP API (`antre api`), authenticated by the bearer token from tokenSecretRef."""
     assert jq.api.token_secret is not None, "spec.py requires tokenSecretRef when the API is on"
     probe = {"tcpSocket": {"port": "http"}, "periodSeconds": 10, "timeoutSeconds": 3}
@@ -281,7 +273,7 @@ def render_api_deployment(jq: spec.JobQueueSpec, owner: Owner) -> Manifest:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(owner, api_name(jq.name), "api"),
+        "metadata": _metadata(jq, owner_uid, api_name(jq.name), "api"),
         "spec": {
             "replicas": jq.api.replicas,
             "selector": {"matchLabels": selector_labels(jq.name, "api")},
@@ -290,11 +282,11 @@ def render_api_deployment(jq: spec.JobQueueSpec, owner: Owner) -> Manifest:
     }
 
 
-def render_api_service(jq: spec.JobQueueSpec, owner: Owner) -> Manifest:
+def render_api_service(jq: spec.JobQueueSpec, owner_uid: str) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(owner, api_name(jq.name), "api"),
+        "metadata": _metadata(jq, owner_uid, api_name(jq.name), "api"),
         "spec": {
             "type": jq.api.service_type,
             "selector": selector_labels(jq.name, "api"),
@@ -312,15 +304,15 @@ class Children:
     absent: tuple[tuple[str, str], ...]
 
 
-def render_children(jq: spec.JobQueueSpec, owner: Owner, *, replicas: int) -> Children:
+def render_children(jq: spec.JobQueueSpec, owner_uid: str, *, replicas: int) -> Children:
     check_name(jq.name)
     present = [
-        render_worker_deployment(jq, owner, replicas=replicas),
-        render_reaper_cronjob(jq, owner),
+        render_worker_deployment(jq, owner_uid, replicas=replicas),
+        render_reaper_cronjob(jq, owner_uid),
     ]
     absent: list[tuple[str, str]] = []
     if jq.api.enabled:
-        present += [render_api_deployment(jq, owner), render_api_service(jq, owner)]
+        present += [render_api_deployment(jq, owner_uid), render_api_service(jq, owner_uid)]
     else:
         absent += [("Deployment", api_name(jq.name)), ("Service", api_name(jq.name))]
     return Children(present=tuple(present), absent=tuple(absent))

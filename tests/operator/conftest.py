@@ -18,6 +18,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from operator_samples import CRD_PATH
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # hypothesis' failure report touches mypy_extensions.TypedDict, deprecated in this
+    # environment; with warnings as errors that would hide the real falsifying example.
+    config.addinivalue_line(
+        "filterwarnings", "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning")
+
+
 @pytest.fixture(scope="session")
 def crd() -> dict[str, Any]:
     with CRD_PATH.open() as f:

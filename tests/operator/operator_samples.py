@@ -6,7 +6,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from antre_operator import rendering, spec
+from antre_operator import spec
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "jobqueues.antre.dev.yaml"
@@ -79,4 +79,4 @@ def parse(body: dict[str, Any]) -> spec.JobQueueSpec:
                                namespace=body["metadata"]["namespace"], spec=body["spec"])
 
 
-OWNER = rendering.Owner(name="thumbnails", namespace="media", uid="0000-1111")
+OWNER_UID = "0000-1111"

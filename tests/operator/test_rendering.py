@@ -1,0 +1,198 @@
+"""Rendering the children of a JobQueue.
+
+Aspects: every manifest is valid against the Kubernetes OpenAPI schemas (kubernetes-validate,
+strict: unknown fields fail); every pod meets the restricted Pod Security Standard; secrets only
+travel as secretKeyRef; ownership and labels; the worker contract (env, probes, grace period);
+drift detection that ignores server-added fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from antre_operator import rendering, settings
+from operator_samples import FULL, MINIMAL, OWNER_UID, parse, sample
+
+K8S_VERSION = "1.30"
+
+SPECS = [
+    pytest.param(MINIMAL, id="minimal"),
+    pytest.param(FULL, id="full"),
+    pytest.param(sample(MINIMAL, redis={"url": "redis://redis.antre:6379/0"}), id="plain-url"),
+    pytest.param(sample(MINIMAL, api={"enabled": True, "tokenSecretRef": {"name": "tok"}},
+                        reaper={"suspend": True}), id="api-defaults"),
+]
+
+
+def all_manifests(body: dict[str, Any], replicas: int = 3) -> list[dict[str, Any]]:
+    return list(rendering.render_children(parse(body), OWNER_UID, replicas=replicas).present)
+
+
+def pod_specs(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    if manifest["kind"] == "Deployment":
+        return dict(manifest["spec"]["template"]["spec"])
+    if manifest["kind"] == "CronJob":
+        return dict(manifest["spec"]["jobTemplate"]["spec"]["template"]["spec"])
+    return None
+
+
+def env_of(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    pod = pod_specs(manifest)
+    assert pod is not None
+    return {e["name"]: e for e in pod["containers"][0]["env"]}
+
+
+@pytest.mark.parametrize("body", SPECS)
+def test_manifests_are_valid_kubernetes(body: dict[str, Any]) -> None:
+    manifests = all_manifests(body)
+    assert {m["kind"] for m in manifests} >= {"Deployment", "CronJob"}
+    for manifest in manifests:
+        kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("body", SPECS)
+def test_pods_are_restricted(body: dict[str, Any]) -> None:
+    for manifest in all_manifests(body):
+        pod = pod_specs(manifest)
+        if pod is None:
+            continue
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert "hostNetwork" not in pod and "hostPID" not in pod
+        for container in pod["containers"]:
+            sc = container["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"] == {"drop": ["ALL"]}
+            assert sc["runAsUser"] == settings.RUN_AS_USER
+            assert sc["readOnlyRootFilesystem"] is True
+            assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+        assert {"name": "tmp", "emptyDir": {}} in pod["volumes"]
+
+
+@pytest.mark.parametrize("body", SPECS)
+def test_children_are_owned_and_labelled(body: dict[str, Any]) -> None:
+    for manifest in all_manifests(body):
+        meta = manifest["metadata"]
+        [ref] = meta["ownerReferences"]
+        assert ref == {"apiVersion": "antre.dev/v1alpha1", "kind": "JobQueue",
+                       "name": parse(body).name, "uid": OWNER_UID, "controller": True,
+                       "blockOwnerDeletion": True}
+        assert meta["namespace"] == parse(body).namespace
+        assert meta["labels"][settings.LABEL_MANAGED_BY] == settings.MANAGED_BY
+        assert meta["labels"][settings.LABEL_JOBQUEUE] == parse(body).name
+
+
+def test_worker_contract() -> None:
+    jq = parse(FULL)
+    deployment = rendering.render_worker_deployment(jq, OWNER_UID, replicas=7)
+    assert deployment["metadata"]["name"] == "thumbnails-worker"
+    assert deployment["spec"]["replicas"] == 7
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"] == ["antre"] and container["args"] == ["worker"]
+    assert container["image"] == "registry.example.com/thumbs:1.2.3"
+    env = env_of(deployment)
+    assert env["ANTRE_REDIS_URL"] == {"name": "ANTRE_REDIS_URL", "valueFrom": {
+        "secretKeyRef": {"name": "redis", "key": "url"}}}
+    values = {k: v.get("value") for k, v in env.items()}
+    assert values["ANTRE_QUEUE"] == "thumbs" and values["ANTRE_PREFIX"] == "media"
+    assert values["ANTRE_HANDLERS"] == "thumbs.jobs,thumbs.more_jobs"
+    assert values["ANTRE_CONCURRENCY"] == "8"
+    assert values["ANTRE_VISIBILITY_TIMEOUT"] == "120"
+    assert values["ANTRE_JOB_TIMEOUT"] == "600"
+    assert values["ANTRE_MAX_ATTEMPTS"] == "7"
+    assert (values["ANTRE_BACKOFF_BASE"], values["ANTRE_BACKOFF_MAX"]) == ("2", "600")
+    assert values["ANTRE_METRICS_PORT"] == "9100"
+    assert values["LOG_LEVEL"] == "debug"
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert pod["terminationGracePeriodSeconds"] == 660
+    assert values["ANTRE_GRACE_PERIOD"] == str(660 - settings.RELEASE_MARGIN_S)
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert pod["serviceAccountName"] == "thumbs"
+    assert pod["nodeSelector"] == {"pool": "batch"}
+    assert pod["imagePullSecrets"] == [{"name": "registry"}]
+    assert deployment["spec"]["template"]["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true"}
+    assert deployment["spec"]["selector"]["matchLabels"] == {
+        "antre.dev/jobqueue": "thumbnails", "app.kubernetes.io/component": "worker"}
+    assert rendering.worker_selector("thumbnails") == (
+        "antre.dev/jobqueue=thumbnails,app.kubernetes.io/component=worker")
+
+
+def test_default_image_and_no_service_account_token() -> None:
+    deployment = rendering.render_worker_deployment(parse(MINIMAL), OWNER_UID, replicas=0)
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == settings.DEFAULT_WORKER_IMAGE
+    assert pod["automountServiceAccountToken"] is False
+    assert "ANTRE_JOB_TIMEOUT" not in env_of(deployment)
+    assert "ANTRE_HANDLERS" not in env_of(deployment)
+
+
+def test_plain_url_is_a_value() -> None:
+    jq = parse(sample(MINIMAL, redis={"url": "redis://redis.antre:6379/0"}))
+    env = env_of(rendering.render_worker_deployment(jq, OWNER_UID, replicas=1))
+    assert env["ANTRE_REDIS_URL"]["value"] == "redis://redis.antre:6379/0"
+
+
+def test_reaper_cronjob() -> None:
+    cronjob = rendering.render_reaper_cronjob(parse(FULL), OWNER_UID)
+    assert cronjob["metadata"]["name"] == "thumbnails-reaper"
+    assert cronjob["spec"]["schedule"] == "*/2 * * * *"
+    assert cronjob["spec"]["concurrencyPolicy"] == "Forbid"
+    container = pod_specs(cronjob)["containers"][0]  # type: ignore[index]
+    assert container["args"] == ["reaper", "--once"]
+    assert "ANTRE_REDIS_URL" in env_of(cronjob)
+
+
+def test_api_children() -> None:
+    children = rendering.render_children(parse(FULL), OWNER_UID, replicas=1)
+    kinds = {(m["kind"], m["metadata"]["name"]) for m in children.present}
+    assert ("Deployment", "thumbnails-api") in kinds and ("Service", "thumbnails-api") in kinds
+    api = next(m for m in children.present if m["metadata"]["name"] == "thumbnails-api"
+               and m["kind"] == "Deployment")
+    assert api["spec"]["replicas"] == 2
+    assert pod_specs(api)["containers"][0]["args"] == ["api", "--port", "8080"]  # type: ignore[index]
+    assert env_of(api)["ANTRE_API_TOKEN"]["valueFrom"] == {
+        "secretKeyRef": {"name": "api-token", "key": "token"}}
+    service = next(m for m in children.present if m["kind"] == "Service")
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert service["spec"]["ports"][0]["port"] == 8443
+    assert children.absent == ()
+
+
+def test_api_disabled_is_absent() -> None:
+    children = rendering.render_children(parse(MINIMAL), OWNER_UID, replicas=1)
+    assert children.absent == (("Deployment", "emails-api"), ("Service", "emails-api"))
+
+
+def test_name_too_long_is_refused() -> None:
+    body = {**MINIMAL, "metadata": {"name": "n" * 46, "namespace": "default"}}
+    with pytest.raises(ValueError, match=r"metadata\.name"):
+        rendering.render_children(parse(body), OWNER_UID, replicas=1)
+
+
+@pytest.mark.parametrize("desired, live, expected", [
+    pytest.param({"a": 1}, {"a": 1, "b": 2}, False, id="extra-live-keys-are-fine"),
+    pytest.param({"a": 1}, {"a": 2}, True, id="changed-scalar"),
+    pytest.param({"a": {"b": 1}}, {}, True, id="missing-dict"),
+    pytest.param({"a": {}}, {}, False, id="empty-matches-absent"),
+    pytest.param({"a": []}, {"a": [1]}, True, id="empty-list-vs-items"),
+    pytest.param({"l": [{"n": 1}]}, {"l": [{"n": 1, "default": "x"}]}, False,
+                 id="server-defaults-inside-list"),
+    pytest.param({"l": [1, 2]}, {"l": [1]}, True, id="list-length"),
+    pytest.param({"b": False}, {"b": 0}, True, id="bool-is-not-int"),
+])
+def test_drifted(desired: Any, live: Any, expected: bool) -> None:
+    assert rendering.drifted(desired, live) is expected
+
+
+def test_rendered_object_does_not_drift_from_itself() -> None:
+    for manifest in all_manifests(FULL):
+        live = {**manifest, "status": {"x": 1}, "metadata": {**manifest["metadata"],
+                                                             "resourceVersion": "5"}}
+        assert not rendering.drifted(manifest, live)
+    deployment = all_manifests(FULL)[0]
+    edited = {**deployment, "spec": {**deployment["spec"], "replicas": 99}}
+    assert rendering.drifted(deployment, edited)
