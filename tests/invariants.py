@@ -1,0 +1,170 @@
+"""The queue invariant, checked against what is actually in Redis.
+
+``assert_invariants(redis_client, queue_settings)`` is called after every protocol scenario and by
+the fault tests once the system is quiet. It checks, for one queue:
+
+- no id appears twice in the ready list, the processing set, the retry set or the dead list, and no
+  id is in two of them;
+- every job record sits exactly where its status says: queued -> ready list, processing -> processing
+  set, scheduled/retrying -> retry set, dead -> dead list, done/cancelled -> none of them;
+- every id in a list or set has a record (nothing points at a vanished job);
+- counters are consistent: 0 <= attempt <= max_attempts, attempt <= lease (each claim bumps both,
+  only release and replay give an attempt back), a processing job holds a lease >= 1 with
+  attempt >= 1, a job waiting to run has an attempt left;
+- a resource lock is held by ``<id>:<lease>`` of a job that is processing under that very lease
+  (every terminal transition frees its lock, so none dangles);
+- an idempotency marker is ``<id>`` or ``<id>|done``, and a job that succeeded has its key marked done.
+
+``redis_client`` must decode responses (the shared ``redis_client`` fixture does).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from antre.settings import QueueSettings
+
+_WHERE = {
+    "queued": "ready",
+    "processing": "processing",
+    "scheduled": "retry",
+    "retrying": "retry",
+    "dead": "dead",
+    "done": None,
+    "cancelled": None,
+}
+
+
+@dataclass
+class Snapshot:
+    """Everything of one queue the invariant looks at, read in one go."""
+
+    ready: list[str]
+    processing: dict[str, float]
+    processing_order: list[str]
+    retry: dict[str, float]
+    retry_order: list[str]
+    dead: list[str]
+    jobs: dict[str, dict[str, str]]
+    locks: dict[str, str] = field(default_factory=dict)
+    idempotency: dict[str, str] = field(default_factory=dict)
+
+    def count(self, status: str) -> int:
+        return sum(1 for fields in self.jobs.values() if fields.get("status") == status)
+
+
+def _scan(redis_client: Any, pattern: str) -> list[str]:
+    return sorted(set(redis_client.scan_iter(match=pattern, count=1000)))
+
+
+def snapshot(redis_client: Any, queue_settings: QueueSettings) -> Snapshot:
+    k = queue_settings.keys
+    base_pattern = k.scan_pattern()[:-1]  # "<prefix>:[{]<Q>[}]:"
+    processing = redis_client.zrange(k.processing, 0, -1, withscores=True)
+    retry = redis_client.zrange(k.retry, 0, -1, withscores=True)
+    jobs = {}
+    for key in _scan(redis_client, base_pattern + "job:*"):
+        fields = redis_client.hgetall(key)
+        if fields:
+            jobs[key[len(k.job_prefix):]] = fields
+    locks = {key[len(k.lock_prefix):]: redis_client.get(key)
+             for key in _scan(redis_client, base_pattern + "lock:*")}
+    idem = {key[len(k.idempotency_prefix):]: redis_client.get(key)
+            for key in _scan(redis_client, base_pattern + "idem:*")}
+    return Snapshot(
+        ready=redis_client.lrange(k.ready, 0, -1),
+        processing={member: score for member, score in processing},
+        processing_order=[member for member, _ in processing],
+        retry={member: score for member, score in retry},
+        retry_order=[member for member, _ in retry],
+        dead=redis_client.lrange(k.dead, 0, -1),
+        jobs=jobs,
+        locks={name: value for name, value in locks.items() if value is not None},
+        idempotency={name: value for name, value in idem.items() if value is not None},
+    )
+
+
+def violations(snap: Snapshot, *, check_locks: bool = True) -> list[str]:
+    """Every broken rule, as readable lines (empty when the queue is consistent)."""
+    problems: list[str] = []
+    places = {"ready": snap.ready, "processing": snap.processing_order, "retry": snap.retry_order,
+              "dead": snap.dead}
+    seen: dict[str, list[str]] = {}
+    for place, ids in places.items():
+        for job_id, n in Counter(ids).items():
+            if n > 1:
+                problems.append(f"{job_id}: {n} times in {place}")
+            seen.setdefault(job_id, []).append(place)
+    for job_id, where in seen.items():
+        if len(where) > 1:
+            problems.append(f"{job_id}: in several places at once: {where}")
+        if job_id not in snap.jobs:
+            problems.append(f"{job_id}: in {where} but has no job record")
+
+    for job_id, fields in snap.jobs.items():
+        status = fields.get("status")
+        if status not in _WHERE:
+            problems.append(f"{job_id}: unknown status {status!r}")
+            continue
+        if fields.get("id") != job_id:
+            problems.append(f"{job_id}: record id field is {fields.get('id')!r}")
+        wanted = _WHERE[status]
+        actual = seen.get(job_id, [])
+        if wanted is None and actual:
+            problems.append(f"{job_id}: status {status} but still in {actual}")
+        elif wanted is not None and actual != [wanted]:
+            problems.append(f"{job_id}: status {status} but found in {actual or 'nowhere'}"
+                            f" (expected {wanted})")
+        try:
+            attempt = int(fields.get("attempt", "0"))
+            max_attempts = int(fields.get("max_attempts", "0"))
+            lease = int(fields.get("lease", "0"))
+        except ValueError:
+            problems.append(f"{job_id}: non-integer counters {fields!r}")
+            continue
+        if not 0 <= attempt <= max_attempts:
+            problems.append(f"{job_id}: attempt {attempt} outside [0, max_attempts={max_attempts}]")
+        if attempt > lease:
+            problems.append(f"{job_id}: attempt {attempt} > lease counter {lease}")
+        if status == "processing" and (lease < 1 or attempt < 1):
+            problems.append(f"{job_id}: processing with lease {lease}, attempt {attempt}")
+        if status in ("queued", "scheduled", "retrying") and attempt >= max_attempts:
+            problems.append(f"{job_id}: {status} with no attempt left ({attempt}/{max_attempts})")
+        if status == "done" and fields.get("outcome") == "succeeded" and fields.get("idempotency_key"):
+            marker = snap.idempotency.get(fields["idempotency_key"])
+            if marker is not None and not marker.endswith("|done"):
+                problems.append(f"{job_id}: succeeded but its idempotency key is {marker!r}")
+
+    if check_locks:
+        for resource, holder in snap.locks.items():
+            job_id, _, lease = holder.rpartition(":")
+            fields = snap.jobs.get(job_id)
+            if fields is None or fields.get("status") != "processing" or fields.get("lease") != lease:
+                state = None if fields is None else (fields.get("status"), fields.get("lease"))
+                problems.append(f"lock {resource}: held by {holder!r}, but that job is {state}")
+            elif fields.get("resource_key") != resource:
+                problems.append(f"lock {resource}: held by {job_id} whose resource_key is "
+                                f"{fields.get('resource_key')!r}")
+
+    for key, marker in snap.idempotency.items():
+        job_id = marker[:-5] if marker.endswith("|done") else marker
+        if not job_id or "|" in job_id:
+            problems.append(f"idempotency key {key}: malformed marker {marker!r}")
+        elif job_id in snap.jobs and snap.jobs[job_id].get("idempotency_key") != key:
+            problems.append(f"idempotency key {key}: points at {job_id}, whose key is "
+                            f"{snap.jobs[job_id].get('idempotency_key')!r}")
+    return problems
+
+
+def assert_invariants(redis_client: Any, queue_settings: QueueSettings, *,
+                      check_locks: bool = True) -> Snapshot:
+    """Fails with every broken rule listed; returns the snapshot for further assertions.
+
+    ``check_locks=False`` skips the resource-lock rule, for a moment when a lock may legitimately
+    outlive its holder's settle (for example a worker killed mid-job before the reaper ran)."""
+    snap = snapshot(redis_client, queue_settings)
+    problems = violations(snap, check_locks=check_locks)
+    assert not problems, "queue invariant broken:\n  " + "\n  ".join(problems)
+    return snap
