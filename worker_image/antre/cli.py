@@ -85,6 +85,8 @@ def _worker_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backoff-max", type=float, default=env.get("ANTRE_BACKOFF_MAX"))
     parser.add_argument("--grace-period", type=float, default=env.get("ANTRE_GRACE_PERIOD"),
                         help="seconds running jobs may finish on SIGTERM before they are released")
+    parser.add_argument("--reaper-interval", type=float, default=env.get("ANTRE_REAPER_INTERVAL"),
+                        help="seconds between in-process reaper passes (default 5)")
     parser.add_argument("--metrics-port", type=int, default=env.get("ANTRE_METRICS_PORT"),
                         help="serve /metrics and /healthz on this port")
     parser.add_argument("--log-level", default=env.get("ANTRE_LOG_LEVEL", "INFO"))
@@ -96,6 +98,7 @@ def worker_settings_from_args(args: argparse.Namespace) -> settings.WorkerSettin
                              ("visibility_timeout", "visibility_timeout_s", float),
                              ("job_timeout", "job_timeout_s", float),
                              ("grace_period", "grace_period_s", float),
+                             ("reaper_interval", "reaper_interval_s", float),
                              ("metrics_port", "metrics_port", int)):
         raw = getattr(args, name)
         if raw is not None and raw != "":
