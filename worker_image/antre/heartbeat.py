@@ -9,7 +9,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from antre.errors import RedisUnavailable
 from antre.metrics import WorkerMetrics
 from antre.protocol import scripts
 from antre.protocol.lease import ExtendResult, extend_op
@@ -57,7 +56,7 @@ class Heartbeat:
         while True:
             try:
                 await self.step()
-            except RedisUnavailable as exc:
+            except Exception as exc:  # outage, or Redis refusing for a while: keep going
                 # The leases may run out while Redis is away; the reaper then requeues them
                 # and the late settle calls are refused, so nothing runs twice unchecked.
                 log.warning("heartbeat failed; retrying", extra={"error": str(exc)})

@@ -13,7 +13,6 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from antre.errors import RedisUnavailable
 from antre.metrics import WorkerMetrics
 from antre.protocol import scripts
 from antre.protocol.reap import ReapResult, reap_op
@@ -91,7 +90,7 @@ class Reaper:
         while True:
             try:
                 await self.step()
-            except RedisUnavailable as exc:
+            except Exception as exc:  # outage, or Redis refusing for a while: keep going
                 log.warning("reaper pass failed; retrying", extra={"error": str(exc)})
             # Jitter keeps many workers from arriving at the pass lock together.
             await asyncio.sleep(self.interval_s * random.uniform(0.8, 1.2))

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from antre import logs, redis_checks
+from antre import errors, logs, redis_checks
 from antre.backoff import Backoff
 from antre.errors import LeaseLost, Permanent, RedisUnavailable, Retry
 from antre.handlers import Handler, HandlerRegistry
@@ -53,6 +53,8 @@ class Run:
     lost: bool = False
     #: Shutdown gave the job back: the result must be discarded.
     released: bool = False
+    #: The handler returned; the ack or fail call now reports the truth about the lease.
+    settling: bool = False
 
 
 def default_worker_id() -> str:
@@ -110,7 +112,7 @@ class Worker:
         log.info("worker started", extra={
             "worker_id": self.worker_id, "queue": self.queue.name, "pod": self.pod,
             "concurrency": self.settings.concurrency, "handlers": self.handlers.names})
-        with contextlib.suppress(RedisUnavailable):
+        with contextlib.suppress(Exception):  # Redis may be down; the loops retry
             await self.heartbeat.step()  # register at once, so the operator sees us
         claimer = asyncio.create_task(self._claim_loop(), name="antre-claim")
         background = [
@@ -149,7 +151,8 @@ class Worker:
             if not tasks:
                 break
             await asyncio.wait(tasks, timeout=max(deadline - time.monotonic(), 0))
-        unfinished = [run for run in self._held.values() if run.task and not run.task.done()]
+        unfinished = [run for run in self._held.values()
+                      if run.task and not run.task.done() and not run.settling]
         if unfinished:
             for run in unfinished:
                 run.released = True
@@ -165,6 +168,9 @@ class Worker:
                     run.task.cancel()
                 self._held.pop(run.claimed.id, None)
                 self._outcome(run, "released" if ok else "lease_lost")
+        settling = [run.task for run in self._held.values() if run.task and not run.task.done()]
+        if settling:  # fail calls already under way: let them land
+            await asyncio.wait(settling, timeout=10.0)
         await self._flush_acks_before_exit()
 
     async def _flush_acks_before_exit(self, budget_s: float = 10.0) -> None:
@@ -195,7 +201,7 @@ class Worker:
                 # until their leases expire.
                 result = await scripts.run_async(self.redis, claim_op(
                     self.queue, self.settings, worker_id=self.worker_id, max_jobs=free))
-            except RedisUnavailable as exc:
+            except Exception as exc:  # an outage, or Redis refusing (LOADING, READONLY...)
                 outages += 1
                 await self._outage("claim", exc, outages)
                 continue
@@ -268,6 +274,7 @@ class Worker:
             self._slot_freed.set()
         if run.lost or run.released:
             return
+        run.settling = True
         if failure is None:
             self._acks.append(run)
             self._ack_ready.set()
@@ -328,10 +335,12 @@ class Worker:
         while True:
             try:
                 return await scripts.run_async(self.redis, op)
-            except RedisUnavailable as exc:
+            except (LeaseLost, errors.JobNotFound):
+                raise
+            except Exception as exc:  # outage or a refusing server: retry within the budget
                 attempt += 1
                 if time.monotonic() >= deadline:
-                    raise
+                    raise RedisUnavailable(f"{op.script.name} gave up: {exc}") from exc
                 await self._outage(op.script.name, exc, attempt)
 
     async def _ack_loop(self) -> None:
@@ -403,7 +412,8 @@ class Worker:
 
     def _lease_lost(self, job_id: str) -> None:
         run = self._held.get(job_id)
-        if run is None or run.lost:
+        # A settling run's ack or fail call is in flight; its reply decides the outcome.
+        if run is None or run.lost or run.settling:
             return
         run.lost = True
         # An async handler stops at its next await; a thread cannot be stopped, its result
