@@ -46,3 +46,25 @@ local function promote_due(ready_key, retry_key, job_prefix, now, limit)
   end
   return n
 end
+
+-- A finished (done or cancelled) record is kept for done_ttl_ms, or deleted at once when 0.
+local function keep_finished(job_key, done_ttl_ms)
+  if done_ttl_ms > 0 then
+    redis.call('PEXPIRE', job_key, done_ttl_ms)
+  else
+    redis.call('DEL', job_key)
+  end
+end
+
+-- The dead ids a replay or purge works on: the ids given from ARGV[first] on (each removed
+-- from the dead list, unknown ones skipped), or else the `limit` oldest.
+local function take_dead(dead_key, first, limit)
+  if #ARGV < first then
+    return redis.call('RPOP', dead_key, limit) or {}
+  end
+  local ids = {}
+  for i = first, #ARGV do
+    if redis.call('LREM', dead_key, 1, ARGV[i]) == 1 then ids[#ids + 1] = ARGV[i] end
+  end
+  return ids
+end

@@ -24,11 +24,7 @@ for i = 7, #ARGV, 2 do
     local n, hfield, hvalue = history_entry(f[5], 'acked', now, f[6], worker, nil)
     redis.call('HSET', job_key, 'status', 'done', 'outcome', 'succeeded', 'updated_at', now,
       'finished_at', now, 'events', n, hfield, hvalue)
-    if done_ttl_ms > 0 then
-      redis.call('PEXPIRE', job_key, done_ttl_ms)
-    else
-      redis.call('DEL', job_key)
-    end
+    keep_finished(job_key, done_ttl_ms)
     if f[3] then
       redis.call('SET', idem_prefix .. f[3], id .. '|done', 'PX', idem_done_ttl_ms)
     end

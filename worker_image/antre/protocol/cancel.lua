@@ -30,11 +30,7 @@ local now = now_ms()
 local n, hfield, hvalue = history_entry(f[3], 'cancelled', now, f[4], nil, nil)
 redis.call('HSET', job_key, 'status', 'cancelled', 'updated_at', now, 'finished_at', now,
   'events', n, hfield, hvalue)
-if done_ttl_ms > 0 then
-  redis.call('PEXPIRE', job_key, done_ttl_ms)
-else
-  redis.call('DEL', job_key)
-end
+keep_finished(job_key, done_ttl_ms)
 -- A cancelled job no longer blocks a new enqueue with the same key.
 if f[2] then
   local marker = redis.call('GET', idem_prefix .. f[2])

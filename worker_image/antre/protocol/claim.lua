@@ -89,11 +89,7 @@ for _, id in ipairs(ids) do
         'idempotency key ' .. idem .. ' already done')
       redis.call('HSET', job_key, 'status', 'done', 'outcome', 'duplicate', 'updated_at', now,
         'finished_at', now, 'events', n, hfield, hvalue)
-      if done_ttl_ms > 0 then
-        redis.call('PEXPIRE', job_key, done_ttl_ms)
-      else
-        redis.call('DEL', job_key)
-      end
+      keep_finished(job_key, done_ttl_ms)
       duplicates = duplicates + 1
     else
       -- Contention is not failure: wait without spending an attempt, but not forever.

@@ -9,14 +9,7 @@
 -- Errors: none of its own.
 local dead_key, stats_key = KEYS[1], KEYS[2]
 local job_prefix, idem_prefix, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local ids = {}
-if #ARGV > 3 then
-  for i = 4, #ARGV do
-    if redis.call('LREM', dead_key, 1, ARGV[i]) == 1 then ids[#ids + 1] = ARGV[i] end
-  end
-else
-  ids = redis.call('RPOP', dead_key, limit) or {}
-end
+local ids = take_dead(dead_key, 4, limit)
 for _, id in ipairs(ids) do
   local job_key = job_prefix .. id
   local idem = redis.call('HGET', job_key, 'idempotency_key')

@@ -11,14 +11,7 @@
 local ready_key, dead_key, stats_key = KEYS[1], KEYS[2], KEYS[3]
 local job_prefix, limit = ARGV[1], tonumber(ARGV[2])
 local now = now_ms()
-local ids = {}
-if #ARGV > 2 then
-  for i = 3, #ARGV do
-    if redis.call('LREM', dead_key, 1, ARGV[i]) == 1 then ids[#ids + 1] = ARGV[i] end
-  end
-else
-  ids = redis.call('RPOP', dead_key, limit) or {}
-end
+local ids = take_dead(dead_key, 3, limit)
 local replayed = {}
 for _, id in ipairs(ids) do
   local job_key = job_prefix .. id
