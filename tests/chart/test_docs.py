@@ -6,6 +6,8 @@ the CRD upgrade step, the Redis Secret name, and the worker-image extension reci
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from .helm_runner import REPO_ROOT
@@ -18,7 +20,12 @@ SETTINGS = [path for path, value in leaves(VALUES)
 
 @pytest.mark.parametrize("path", SETTINGS)
 def test_values_table_lists_every_value(path: str) -> None:
-    assert f"| `{path}` |" in DOC, f"docs/helm.md values table lacks {path}"
+    rows = [line for line in DOC.splitlines() if line.startswith(f"| `{path}` |")]
+    assert len(rows) == 1, f"docs/helm.md values table lacks {path}"
+    value = dict(leaves(VALUES))[path]
+    if path not in FREE_FORM:
+        shown = f'"{value}"' if isinstance(value, str) else json.dumps(value)
+        assert rows[0].endswith(f"| `{shown}` |"), f"{path}: default in docs differs from values.yaml"
 
 
 @pytest.mark.parametrize("text", [
