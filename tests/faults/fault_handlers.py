@@ -7,6 +7,7 @@ They leave traces in their own key space (never under the queue's prefix), in th
 - ``effects:<key>``            [String] SET NX by the run that performs the effect; ``<key>`` is the
   job's idempotency key, else its id. Holds ``<worker name>:<attempt>`` of the winning run.
 - ``effect_count:<key>``       [String] INCR only when that SET NX won: the idempotent effect count.
+- ``finishes:<job id>``        [String] INCR when a run of ``record`` returns (won the effect or not).
 
 Payload fields understood by ``record``:
 
@@ -74,6 +75,7 @@ def record(job: antre.Job) -> None:
     if payload.get("sleep_s") and _sleeps_here(payload):
         time.sleep(float(payload["sleep_s"]))
     _effect(job)
+    with_retry(lambda: effects_redis().incr(f"finishes:{job.id}"))
 
 
 @antre.handler("record_async")
@@ -86,6 +88,7 @@ async def record_async(job: antre.Job) -> None:
     if payload.get("sleep_s") and _sleeps_here(payload):
         await asyncio.sleep(float(payload["sleep_s"]))
     _effect(job)
+    with_retry(lambda: effects_redis().incr(f"finishes:{job.id}"))
 
 
 @antre.handler("kill_worker")
