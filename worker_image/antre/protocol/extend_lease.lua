@@ -34,7 +34,8 @@ for i = 7, #ARGV, 2 do
       local lock_key = lock_prefix .. f[3]
       local holder = redis.call('GET', lock_key)
       if holder == token then
-        redis.call('PEXPIRE', lock_key, lease_ms, 'GT')
+        -- Never shorten the lock (PEXPIRE GT needs Redis 7; this also runs on 6.2).
+        if redis.call('PTTL', lock_key) < lease_ms then redis.call('PEXPIRE', lock_key, lease_ms) end
       elseif not holder then
         -- Expired between beats but nobody took it: take it back.
         redis.call('SET', lock_key, token, 'PX', lease_ms)
