@@ -1,0 +1,97 @@
+"""Seeding and dumping a queue's Redis state for the per-script tests (asynq's TestDone shape).
+
+``seed_job`` writes a job record and puts its id where its status says; ``dump`` reads every key
+of the queue back as plain data with the clock-dependent fields left out, so a test can compare
+the whole final state with one ``==``. Scores and timestamps are checked separately, against the
+Redis clock (``server_ms``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from antre.protocol import scripts
+from antre.settings import QueueSettings
+
+#: Job hash fields that hold a time; ``dump`` leaves them out (tests check them by bounds).
+TIME_FIELDS = {"created_at", "updated_at", "queued_at", "died_at", "finished_at"}
+
+
+def server_ms(r: Any) -> int:
+    seconds, micros = r.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def seed_job(r: Any, qs: QueueSettings, job_id: str, *, status: str = "queued", attempt: int = 0,
+             max_attempts: int = 5, lease: int = 0, idempotency_key: str | None = None,
+             resource_key: str | None = None, score_ms: int | None = None, job_type: str = "t",
+             payload: Any = None, **extra: Any) -> None:
+    """A job record in ``status``; ``score_ms`` is the lease deadline (processing, default in
+    30 s) or the due time (scheduled/retrying, default already due)."""
+    k = qs.keys
+    now = server_ms(r)
+    fields: dict[str, Any] = {
+        "id": job_id, "type": job_type, "payload": json.dumps(payload), "status": status,
+        "attempt": attempt, "max_attempts": max_attempts, "lease": lease, "created_at": now,
+        "updated_at": now, "queued_at": now, "schema_version": 1, "events": 0,
+    }
+    if idempotency_key:
+        fields["idempotency_key"] = idempotency_key
+    if resource_key:
+        fields["resource_key"] = resource_key
+    fields.update(extra)
+    r.hset(k.job(job_id), mapping=fields)
+    if status == "queued":
+        r.lpush(k.ready, job_id)
+    elif status == "processing":
+        r.zadd(k.processing, {job_id: now + 30_000 if score_ms is None else score_ms})
+        if resource_key:
+            r.set(k.resource_lock(resource_key), f"{job_id}:{lease}", px=30_000)
+    elif status in ("scheduled", "retrying"):
+        r.zadd(k.retry, {job_id: now - 1 if score_ms is None else score_ms})
+    elif status == "dead":
+        r.lpush(k.dead, job_id)
+
+
+def history(fields: dict[str, str]) -> list[str]:
+    entries = sorted((json.loads(v) for name, v in fields.items() if name.startswith("h:")),
+                     key=lambda e: e["n"])
+    return [e["event"] for e in entries]
+
+
+def dump(r: Any, qs: QueueSettings) -> dict[str, Any]:
+    """Every key of the queue as plain data. Job hashes lose their time fields; their history
+    ring becomes the list of event names under ``history``."""
+    k = qs.keys
+    base = k.scan_pattern()[:-1]
+    state: dict[str, Any] = {
+        "ready": r.lrange(k.ready, 0, -1),
+        "processing": r.zrange(k.processing, 0, -1),
+        "retry": r.zrange(k.retry, 0, -1),
+        "dead": r.lrange(k.dead, 0, -1),
+        "stats": {name: int(v) for name, v in r.hgetall(k.stats).items()},
+        "jobs": {},
+        "locks": {},
+        "idem": {},
+    }
+    for key in r.scan_iter(match=base + "job:*"):
+        fields = r.hgetall(key)
+        job = {name: v for name, v in fields.items()
+               if name not in TIME_FIELDS and not name.startswith("h:")}
+        job["history"] = history(fields)
+        state["jobs"][key[len(k.job_prefix):]] = job
+    for key in r.scan_iter(match=base + "lock:*"):
+        state["locks"][key[len(k.lock_prefix):]] = r.get(key)
+    for key in r.scan_iter(match=base + "idem:*"):
+        state["idem"][key[len(k.idempotency_prefix):]] = r.get(key)
+    return state
+
+
+def run_fresh(r: Any, op: scripts.Op[Any]) -> Any:
+    """Runs ``op`` after SCRIPT FLUSH: the wrapper must reload the script on NOSCRIPT."""
+    r.script_flush()
+    assert not r.script_exists(op.script.sha)[0]
+    result = scripts.run(r, op)
+    assert r.script_exists(op.script.sha)[0]
+    return result

@@ -1,0 +1,176 @@
+"""claim.lua: batch leases, due promotion, done-key duplicates, resource-lock deferral and its bound."""
+
+from __future__ import annotations
+
+import pytest
+from antre.protocol import scripts
+from antre.protocol.claim import claim_op
+from invariants import assert_invariants
+from protocol_state import dump, run_fresh, seed_job, server_ms
+
+
+def claim(r, qs, ws, *, max_jobs=10, worker="w1", fresh=False):
+    op = claim_op(qs, ws, worker_id=worker, max_jobs=max_jobs)
+    return run_fresh(r, op) if fresh else scripts.run(r, op)
+
+
+def test_batch_claim_leases_oldest_first(redis_client, qs, ws):
+    for job_id in ("a", "b", "c"):
+        seed_job(redis_client, qs, job_id, payload={"id": job_id}, idempotency_key=f"k-{job_id}")
+    before = server_ms(redis_client)
+    result = claim(redis_client, qs, ws, max_jobs=2)
+    after = server_ms(redis_client)
+    assert [(j.id, j.attempt, j.lease, j.payload_json, j.idempotency_key) for j in result.jobs] == [
+        ("a", 1, 1, '{"id": "a"}', "k-a"), ("b", 1, 1, '{"id": "b"}', "k-b")]
+    state = dump(redis_client, qs)
+    assert state["ready"] == ["c"]
+    assert state["processing"] == ["a", "b"]
+    for job_id in ("a", "b"):
+        deadline = redis_client.zscore(qs.keys.processing, job_id)
+        assert before + ws.lease_ms <= deadline <= after + ws.lease_ms
+        job = state["jobs"][job_id]
+        assert (job["status"], job["attempt"], job["lease"], job["worker"]) == ("processing", "1", "1", "w1")
+        assert job["history"] == ["claimed"]
+    assert state["jobs"]["c"]["status"] == "queued"
+    assert state["stats"] == {}
+    assert_invariants(redis_client, qs)
+
+
+def test_claim_after_script_flush_reloads(redis_client, qs, ws):
+    seed_job(redis_client, qs, "a")
+    result = claim(redis_client, qs, ws, fresh=True)
+    assert [j.id for j in result.jobs] == ["a"]
+    assert_invariants(redis_client, qs)
+
+
+@pytest.mark.parametrize(("retry", "want_due"), [
+    pytest.param({}, None, id="nothing-scheduled"),
+    pytest.param({"later": 60_000, "sooner": 10_000}, 10_000, id="next-due-is-earliest"),
+])
+def test_empty_claim_reports_next_due(redis_client, qs, ws, retry, want_due):
+    now = server_ms(redis_client)
+    for job_id, offset in retry.items():
+        seed_job(redis_client, qs, job_id, status="scheduled", score_ms=now + offset)
+    before = dump(redis_client, qs)
+    result = claim(redis_client, qs, ws)
+    assert result.jobs == []
+    if want_due is None:
+        assert result.next_due_ms is None
+    else:
+        assert result.next_due_ms == now + want_due
+        assert result.now_ms is not None and now <= result.now_ms < now + want_due
+    assert dump(redis_client, qs) == before  # an empty claim changes nothing
+    assert_invariants(redis_client, qs)
+
+
+def test_claim_promotes_due_retries_before_popping(redis_client, qs, ws):
+    now = server_ms(redis_client)
+    seed_job(redis_client, qs, "due", status="retrying", attempt=1, lease=1, score_ms=now - 10)
+    seed_job(redis_client, qs, "later", status="retrying", attempt=1, lease=1, score_ms=now + 60_000)
+    seed_job(redis_client, qs, "fresh")
+    result = claim(redis_client, qs, ws, max_jobs=1)
+    # A due retry goes to the head: it has waited already.
+    assert [(j.id, j.attempt, j.lease) for j in result.jobs] == [("due", 2, 2)]
+    state = dump(redis_client, qs)
+    assert state["ready"] == ["fresh"]
+    assert state["retry"] == ["later"]
+    assert state["processing"] == ["due"]
+    assert state["jobs"]["later"]["status"] == "retrying"
+    assert_invariants(redis_client, qs)
+
+
+def test_job_whose_key_is_done_is_settled_as_duplicate(redis_client, qs, ws):
+    seed_job(redis_client, qs, "dup", idempotency_key="order-1")
+    redis_client.set(qs.keys.idempotency("order-1"), "first|done")
+    result = claim(redis_client, qs, ws)
+    assert result.jobs == [] and result.next_due_ms == result.now_ms  # claim again at once
+    state = dump(redis_client, qs)
+    assert state["ready"] == state["processing"] == state["retry"] == state["dead"] == []
+    job = state["jobs"]["dup"]
+    assert (job["status"], job["outcome"], job["attempt"], job["lease"]) == ("done", "duplicate", "0", "0")
+    assert job["history"] == ["duplicate"]
+    assert state["stats"] == {"duplicate": 1}
+    assert state["idem"] == {"order-1": "first|done"}
+    assert 0 < redis_client.pttl(qs.keys.job("dup")) <= qs.done_ttl_s * 1000
+    assert_invariants(redis_client, qs)
+
+
+def test_duplicate_beside_a_runnable_job(redis_client, qs, ws):
+    seed_job(redis_client, qs, "dup", idempotency_key="k")
+    seed_job(redis_client, qs, "run", idempotency_key="other")
+    redis_client.set(qs.keys.idempotency("k"), "x|done")
+    redis_client.set(qs.keys.idempotency("other"), "run")  # live but not done: runs
+    result = claim(redis_client, qs, ws)
+    assert [j.id for j in result.jobs] == ["run"]
+    assert dump(redis_client, qs)["jobs"]["dup"]["status"] == "done"
+    assert_invariants(redis_client, qs)
+
+
+def test_free_resource_is_locked_with_the_lease_token(redis_client, qs, ws):
+    seed_job(redis_client, qs, "a", resource_key="acct")
+    result = claim(redis_client, qs, ws)
+    assert [(j.id, j.resource_key) for j in result.jobs] == [("a", "acct")]
+    assert dump(redis_client, qs)["locks"] == {"acct": "a:1"}
+    assert 0 < redis_client.pttl(qs.keys.resource_lock("acct")) <= ws.lease_ms
+    assert_invariants(redis_client, qs)
+
+
+def test_busy_resource_defers_without_spending_an_attempt(redis_client, qs, ws):
+    seed_job(redis_client, qs, "holder", status="processing", attempt=1, lease=1, resource_key="acct")
+    seed_job(redis_client, qs, "waiter", attempt=1, lease=2, resource_key="acct")
+    before = server_ms(redis_client)
+    result = claim(redis_client, qs, ws)
+    after = server_ms(redis_client)
+    assert result.jobs == []
+    state = dump(redis_client, qs)
+    assert state["ready"] == [] and state["retry"] == ["waiter"]
+    assert state["processing"] == ["holder"]
+    job = state["jobs"]["waiter"]
+    assert (job["status"], job["attempt"], job["lease"]) == ("scheduled", "1", "2")
+    assert job["lock_deferrals"] == "1"
+    assert job["history"] == ["deferred"]
+    due = redis_client.zscore(qs.keys.retry, "waiter")
+    assert before + 2000 <= due <= after + 2000  # lock_defer_s
+    assert state["locks"] == {"acct": "holder:1"}
+    assert state["stats"] == {"lock_deferred": 1}
+    assert_invariants(redis_client, qs)
+
+
+def test_busy_resource_past_the_deferral_bound_goes_dead(redis_client, qs, ws):
+    seed_job(redis_client, qs, "holder", status="processing", attempt=1, lease=1, resource_key="acct")
+    seed_job(redis_client, qs, "waiter", resource_key="acct", lock_deferrals=ws.lock_max_deferrals)
+    claim(redis_client, qs, ws)
+    state = dump(redis_client, qs)
+    assert state["dead"] == ["waiter"] and state["retry"] == []
+    job = state["jobs"]["waiter"]
+    assert job["status"] == "dead" and job["attempt"] == "0"
+    assert job["last_error"] == "resource acct stayed locked through 3 deferrals"
+    assert state["stats"] == {"dead": 1}
+    assert_invariants(redis_client, qs)
+
+
+def test_deferred_job_runs_once_the_resource_is_free(redis_client, qs, ws):
+    seed_job(redis_client, qs, "waiter", resource_key="acct", status="scheduled", lock_deferrals=2)
+    result = claim(redis_client, qs, ws)  # due now: promoted, lock free, claimed
+    assert [(j.id, j.attempt) for j in result.jobs] == [("waiter", 1)]
+    assert dump(redis_client, qs)["locks"] == {"acct": "waiter:1"}
+    assert_invariants(redis_client, qs)
+
+
+def test_lock_left_by_an_earlier_lease_of_the_same_job_is_taken_over(redis_client, qs, ws):
+    seed_job(redis_client, qs, "a", attempt=1, lease=1, resource_key="acct")
+    redis_client.set(qs.keys.resource_lock("acct"), "a:1", px=30_000)
+    result = claim(redis_client, qs, ws)
+    assert [(j.id, j.lease) for j in result.jobs] == [("a", 2)]
+    assert dump(redis_client, qs)["locks"] == {"acct": "a:2"}
+    assert_invariants(redis_client, qs)
+
+
+def test_ids_without_a_record_are_dropped(redis_client, qs, ws):
+    redis_client.lpush(qs.keys.ready, "ghost")
+    seed_job(redis_client, qs, "real")
+    result = claim(redis_client, qs, ws)
+    assert [j.id for j in result.jobs] == ["real"]
+    state = dump(redis_client, qs)
+    assert state["ready"] == [] and state["processing"] == ["real"]
+    assert_invariants(redis_client, qs)

@@ -1,0 +1,90 @@
+"""replay.lua, purge.lua and cancel.lua: the dead-letter list and withdrawing jobs."""
+
+from __future__ import annotations
+
+import pytest
+from antre import errors
+from antre.client import Queue
+from antre.protocol import scripts
+from antre.protocol.dead_letter import cancel_op, purge_op, replay_op
+from antre.settings import QueueSettings
+from invariants import assert_invariants
+from protocol_state import dump, run_fresh, seed_job
+
+
+def seed_dead(r, qs):
+    for job_id in ("d1", "d2", "d3"):  # d1 died first: oldest at the right
+        seed_job(r, qs, job_id, status="dead", attempt=5, lease=5, idempotency_key=f"k-{job_id}",
+                 last_error="boom", lock_deferrals=2)
+        r.set(qs.keys.idempotency(f"k-{job_id}"), job_id)
+
+
+def test_replay_given_ids_gives_a_fresh_attempt_budget(redis_client, qs):
+    seed_dead(redis_client, qs)
+    assert run_fresh(redis_client, replay_op(qs, ["d2", "nope"])) == ["d2"]
+    state = dump(redis_client, qs)
+    assert state["dead"] == ["d3", "d1"] and state["ready"] == ["d2"]
+    job = state["jobs"]["d2"]
+    assert (job["status"], job["attempt"], job["lease"], job["lock_deferrals"]) == ("queued", "0", "5", "0")
+    assert job["history"] == ["replayed"]
+    assert state["stats"] == {"replayed": 1}
+    assert_invariants(redis_client, qs)
+    assert scripts.run(redis_client, replay_op(qs, ["d2"])) == []  # rerun: not dead any more
+    assert dump(redis_client, qs) == state
+
+
+def test_replay_without_ids_takes_the_oldest(redis_client, qs):
+    seed_dead(redis_client, qs)
+    assert scripts.run(redis_client, replay_op(qs, limit=2)) == ["d1", "d2"]
+    state = dump(redis_client, qs)
+    assert state["dead"] == ["d3"] and state["ready"] == ["d2", "d1"]
+    assert_invariants(redis_client, qs)
+
+
+def test_purge_deletes_records_and_own_idempotency_keys(redis_client, qs):
+    seed_dead(redis_client, qs)
+    redis_client.set(qs.keys.idempotency("k-d3"), "newer")  # re-pointed: not ours to delete
+    assert run_fresh(redis_client, purge_op(qs, ["d3", "d1", "nope"])) == 2
+    state = dump(redis_client, qs)
+    assert state["dead"] == ["d2"]
+    assert set(state["jobs"]) == {"d2"}
+    assert state["idem"] == {"k-d2": "d2", "k-d3": "newer"}
+    assert state["stats"] == {"purged": 2}
+    assert scripts.run(redis_client, purge_op(qs, ["d3"])) == 0
+    assert scripts.run(redis_client, purge_op(qs)) == 1
+    assert dump(redis_client, qs)["dead"] == []
+
+
+@pytest.mark.parametrize("status", ["queued", "scheduled", "retrying", "dead"])
+def test_cancel_withdraws_a_waiting_job(redis_client, qs, status):
+    seed_job(redis_client, qs, "a", status=status, attempt=1 if status != "queued" else 0, lease=1,
+             idempotency_key="k")
+    redis_client.set(qs.keys.idempotency("k"), "a")
+    assert run_fresh(redis_client, cancel_op(qs, "a")) == status
+    state = dump(redis_client, qs)
+    assert state["ready"] == state["retry"] == state["dead"] == state["processing"] == []
+    assert state["jobs"]["a"]["status"] == "cancelled"
+    assert state["jobs"]["a"]["history"] == ["cancelled"]
+    assert state["idem"] == {}  # a new enqueue with the key is allowed again
+    assert state["stats"] == {"cancelled": 1}
+    assert 0 < redis_client.pttl(qs.keys.job("a")) <= qs.done_ttl_s * 1000
+    assert_invariants(redis_client, qs)
+    assert scripts.run(redis_client, cancel_op(qs, "a")) == "cancelled"  # rerun changes nothing
+    assert dump(redis_client, qs) == state
+
+
+def test_cancel_refuses_running_and_unknown_jobs(redis_client, qs):
+    seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1)
+    before = dump(redis_client, qs)
+    with pytest.raises(errors.JobBusy, match="job a is processing"):
+        scripts.run(redis_client, cancel_op(qs, "a"))
+    assert dump(redis_client, qs) == before
+    with pytest.raises(errors.JobNotFound, match="job ghost"):
+        Queue(redis_client, settings=qs).cancel("ghost")
+
+
+def test_cancel_with_done_ttl_zero_deletes_the_record(redis_client):
+    qs = QueueSettings(name="q", done_ttl_s=0)
+    seed_job(redis_client, qs, "a")
+    assert scripts.run(redis_client, cancel_op(qs, "a")) == "queued"
+    assert dump(redis_client, qs)["jobs"] == {}

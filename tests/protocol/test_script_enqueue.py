@@ -1,0 +1,175 @@
+"""enqueue.lua: one and many jobs, delayed jobs, idempotency keys, payload limit and validation.
+
+Each scenario asserts the whole queue state afterwards, then the invariant.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from antre import errors
+from antre.client import Queue
+from antre.protocol import scripts
+from antre.protocol.enqueue import BATCH_SIZE, NewJob, enqueue_ops
+from invariants import assert_invariants
+from protocol_state import dump, run_fresh, server_ms
+
+
+@pytest.fixture
+def queue(redis_client, qs):
+    return Queue(redis_client, settings=qs)
+
+
+def test_enqueue_one_writes_record_and_pushes_left(redis_client, qs, queue):
+    before = server_ms(redis_client)
+    first = queue.enqueue("email", {"to": "a@b.c"}, resource_key="acct-1", max_attempts=3,
+                          headers={"trace": "x"})
+    second = queue.enqueue("email", [1, 2])
+    after = server_ms(redis_client)
+    assert first.created and second.created
+    assert re.fullmatch(r"[0-9a-f]{27}", first.job_id)
+    state = dump(redis_client, qs)
+    assert state["ready"] == [second.job_id, first.job_id]  # LPUSH; workers pop from the right
+    assert state["processing"] == state["retry"] == state["dead"] == []
+    assert state["stats"] == {"enqueued": 2}
+    assert state["locks"] == state["idem"] == {}
+    assert state["jobs"][first.job_id] == {
+        "id": first.job_id, "type": "email", "payload": '{"to":"a@b.c"}', "status": "queued",
+        "attempt": "0", "max_attempts": "3", "lease": "0", "schema_version": "1",
+        "resource_key": "acct-1", "headers": '{"trace":"x"}', "events": "1", "history": ["enqueued"],
+    }
+    assert state["jobs"][second.job_id]["max_attempts"] == str(qs.max_attempts)
+    record = redis_client.hgetall(qs.keys.job(first.job_id))
+    assert before <= int(record["created_at"]) == int(record["queued_at"]) <= after
+    assert redis_client.ttl(qs.keys.job(first.job_id)) == -1  # a live job never expires
+    assert_invariants(redis_client, qs)
+
+
+def test_delayed_job_goes_to_retry_set_scheduled(redis_client, qs, queue):
+    before = server_ms(redis_client)
+    result = queue.enqueue("t", None, delay=5)
+    state = dump(redis_client, qs)
+    assert state["ready"] == [] and state["retry"] == [result.job_id]
+    assert state["jobs"][result.job_id]["status"] == "scheduled"
+    due = redis_client.zscore(qs.keys.retry, result.job_id)
+    assert before + 5000 <= due <= server_ms(redis_client) + 5000
+    assert int(redis_client.hget(qs.keys.job(result.job_id), "queued_at")) == due
+    assert_invariants(redis_client, qs)
+
+
+def test_idempotency_key_returns_existing_job(redis_client, qs, queue):
+    first = queue.enqueue("t", {"n": 1}, idempotency_key="order-7")
+    again = queue.enqueue("t", {"n": 2}, idempotency_key="order-7")
+    assert again.job_id == first.job_id and again.created is False
+    state = dump(redis_client, qs)
+    assert state["ready"] == [first.job_id]
+    assert state["idem"] == {"order-7": first.job_id}
+    assert state["stats"] == {"enqueued": 1}
+    assert state["jobs"][first.job_id]["payload"] == '{"n":1}'  # the duplicate wrote nothing
+    ttl = redis_client.pttl(qs.keys.idempotency("order-7"))
+    assert 0 < ttl <= qs.idempotency_ttl_s * 1000
+    assert_invariants(redis_client, qs)
+
+
+def test_idempotency_key_of_purged_job_no_longer_protects(redis_client, qs, queue):
+    first = queue.enqueue("t", 1, idempotency_key="k")
+    redis_client.delete(qs.keys.job(first.job_id))  # record gone (purged or evicted)
+    redis_client.lrem(qs.keys.ready, 0, first.job_id)
+    second = queue.enqueue("t", 2, idempotency_key="k")
+    assert second.created and second.job_id != first.job_id
+    assert dump(redis_client, qs)["idem"] == {"k": second.job_id}
+    assert_invariants(redis_client, qs)
+
+
+def test_enqueue_many_in_batches_with_duplicates_inside(redis_client, qs, queue):
+    specs = [("t", {"i": i}) for i in range(BATCH_SIZE + 10)]
+    specs.append({"type": "t", "payload": 1, "idempotency_key": "dup"})
+    specs.append(NewJob(type="t", payload=2, idempotency_key="dup"))
+    specs.append({"type": "t", "delay": 30})
+    ops = enqueue_ops(qs, [NewJob(type="t")] * (BATCH_SIZE + 1))
+    assert len(ops) == 2  # BATCH_SIZE jobs per round trip
+    results = queue.enqueue_many(specs)
+    assert len(results) == len(specs)
+    assert results[-3].created and not results[-2].created
+    assert results[-2].job_id == results[-3].job_id
+    state = dump(redis_client, qs)
+    assert len(state["ready"]) == BATCH_SIZE + 11
+    assert state["ready"][-1] == results[0].job_id  # first enqueued, first claimed
+    assert state["retry"] == [results[-1].job_id]
+    assert state["stats"] == {"enqueued": BATCH_SIZE + 12}
+    assert len(state["jobs"]) == BATCH_SIZE + 12
+    assert_invariants(redis_client, qs)
+
+
+def test_enqueue_many_validates_every_job_before_writing(redis_client, qs, queue):
+    with pytest.raises(errors.InvalidArgument, match="max_attempts"):
+        queue.enqueue_many([("t", 1), {"type": "t", "max_attempts": 0}])
+    assert redis_client.dbsize() == 0
+
+
+def test_payload_limit(redis_client):
+    from antre.settings import QueueSettings
+
+    qs = QueueSettings(name="small", max_payload_bytes=100)
+    queue = Queue(redis_client, settings=qs)
+    queue.enqueue("t", "x" * 98)  # 100 bytes encoded with the quotes
+    with pytest.raises(errors.PayloadTooLarge, match=r"101 bytes encoded; must be at most 100 bytes"):
+        queue.enqueue("t", "x" * 99)
+    assert redis_client.llen(qs.keys.ready) == 1
+
+
+def test_default_payload_limit_is_256_kib(redis_client, qs, queue):
+    with pytest.raises(errors.PayloadTooLarge, match=str(256 * 1024)):
+        queue.enqueue("t", "x" * (256 * 1024))
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    pytest.param({"job_type": ""}, r"type: got ''; must be a non-empty string", id="empty-type"),
+    pytest.param({"job_type": "x" * 201}, r"type: .* at most 200 characters", id="long-type"),
+    pytest.param({"payload": {1, 2}}, r"payload: .*JSON-serialisable", id="set-payload"),
+    pytest.param({"payload": float("nan")}, r"payload: .*JSON-serialisable", id="nan-payload"),
+    pytest.param({"max_attempts": 0}, r"max_attempts: got 0; must be an integer >= 1", id="zero-attempts"),
+    pytest.param({"max_attempts": True}, r"max_attempts: got True", id="bool-attempts"),
+    pytest.param({"delay": -1}, r"delay: got -1; must be a number of seconds >= 0", id="negative-delay"),
+    pytest.param({"idempotency_key": ""}, r"idempotency_key: got ''; must be a non-empty", id="empty-idem"),
+    pytest.param({"resource_key": "r" * 513}, r"resource_key: .* at most 512", id="long-resource"),
+])
+def test_validation_messages_name_field_value_and_rule(redis_client, queue, kwargs, message):
+    args = {"job_type": "t", "payload": None, **kwargs}
+    with pytest.raises(errors.InvalidArgument, match=message):
+        queue.enqueue(args.pop("job_type"), args.pop("payload"), **args)
+    assert redis_client.dbsize() == 0
+
+
+def test_unknown_dict_fields_are_rejected(queue):
+    with pytest.raises(errors.InvalidArgument, match=r"unknown field\(s\) \['typo'\]"):
+        queue.enqueue_many([{"type": "t", "typo": 1}])
+
+
+def test_noscript_reload(redis_client, qs):
+    [op] = enqueue_ops(qs, [NewJob(type="t", payload={"a": 1})])
+    [result] = run_fresh(redis_client, op)
+    assert result.created
+    assert json.loads(redis_client.hget(qs.keys.job(result.job_id), "payload")) == {"a": 1}
+    # The script is cached again: the next call goes through EVALSHA.
+    [again] = scripts.run(redis_client, enqueue_ops(qs, [NewJob(type="t")])[0])
+    assert again.created
+    assert_invariants(redis_client, qs)
+
+
+async def test_async_queue_writes_the_same_record(redis_client, redis_url, qs):
+    from antre.client import AsyncQueue
+    from antre.connection import connect_async
+
+    aq = AsyncQueue(connect_async(redis_url), settings=qs)
+    try:
+        result = await aq.enqueue("t", {"x": 1}, idempotency_key="a")
+        again = await aq.enqueue("t", {"x": 2}, idempotency_key="a")
+        info = await aq.get(result.job_id)
+    finally:
+        await aq.close()
+    assert again.job_id == result.job_id and not again.created
+    assert info.payload == {"x": 1} and info.status == "queued"
+    assert_invariants(redis_client, qs)

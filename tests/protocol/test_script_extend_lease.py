@@ -1,0 +1,76 @@
+"""extend_lease.lua: heartbeats push deadlines forward only (ZADD GT), report lost leases, keep
+resource locks and refresh the worker registry."""
+
+from __future__ import annotations
+
+import json
+
+from antre.protocol import scripts
+from antre.protocol.lease import extend_op
+from invariants import assert_invariants
+from protocol_state import dump, run_fresh, seed_job, server_ms
+
+
+def extend(r, qs, leases, *, lease_ms=10_000, fresh=False):
+    op = extend_op(qs, leases, lease_ms=lease_ms, worker_id="w1",
+                   registry_entry_json=json.dumps({"pod": "p"}), registry_ttl_ms=15_000)
+    return run_fresh(r, op) if fresh else scripts.run(r, op)
+
+
+def test_extend_moves_deadline_forward_and_refreshes_registry(redis_client, qs):
+    now = server_ms(redis_client)
+    seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1, score_ms=now + 100,
+             resource_key="acct")
+    redis_client.pexpire(qs.keys.resource_lock("acct"), 100)
+    result = extend(redis_client, qs, [("a", 1)], fresh=True)
+    assert result.held == [True]
+    assert result.now_ms + 10_000 == redis_client.zscore(qs.keys.processing, "a")
+    assert 5_000 < redis_client.pttl(qs.keys.resource_lock("acct")) <= 10_000
+    state = dump(redis_client, qs)
+    assert state["jobs"]["a"]["history"] == ["extended"]
+    assert state["locks"] == {"acct": "a:1"}
+    assert json.loads(redis_client.get(qs.keys.worker("w1"))) == {"pod": "p"}
+    assert 0 < redis_client.pttl(qs.keys.worker("w1")) <= 15_000
+    assert redis_client.zscore(qs.keys.workers, "w1") == result.now_ms
+    assert_invariants(redis_client, qs)
+
+
+def test_extend_never_moves_a_deadline_backwards(redis_client, qs):
+    far = server_ms(redis_client) + 120_000
+    seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1, score_ms=far,
+             resource_key="acct")
+    redis_client.pexpire(qs.keys.resource_lock("acct"), 120_000)
+    assert extend(redis_client, qs, [("a", 1)], lease_ms=1000).held == [True]
+    assert redis_client.zscore(qs.keys.processing, "a") == far
+    assert redis_client.pttl(qs.keys.resource_lock("acct")) > 60_000  # PEXPIRE GT too
+
+
+def test_extend_reports_lost_leases_and_changes_them_not(redis_client, qs):
+    now = server_ms(redis_client)
+    seed_job(redis_client, qs, "requeued", status="queued", attempt=1, lease=1)
+    seed_job(redis_client, qs, "reclaimed", status="processing", attempt=2, lease=2, score_ms=now + 500)
+    seed_job(redis_client, qs, "kept", status="processing", attempt=1, lease=1, score_ms=now + 500)
+    before = dump(redis_client, qs)
+    result = extend(redis_client, qs, [("requeued", 1), ("reclaimed", 1), ("kept", 1), ("gone", 1)])
+    assert result.held == [False, False, True, False]
+    after = dump(redis_client, qs)
+    assert after["jobs"]["reclaimed"] == before["jobs"]["reclaimed"]
+    assert after["jobs"]["requeued"] == before["jobs"]["requeued"]
+    assert redis_client.zscore(qs.keys.processing, "reclaimed") == now + 500
+    assert "gone" not in after["jobs"]
+    assert_invariants(redis_client, qs)
+
+
+def test_lock_taken_by_another_job_means_the_lease_is_lost(redis_client, qs):
+    seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1, resource_key="acct")
+    redis_client.set(qs.keys.resource_lock("acct"), "b:1")
+    assert extend(redis_client, qs, [("a", 1)]).held == [False]
+    assert redis_client.get(qs.keys.resource_lock("acct")) == "b:1"
+
+
+def test_expired_lock_nobody_took_is_taken_back(redis_client, qs):
+    seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1, resource_key="acct")
+    redis_client.delete(qs.keys.resource_lock("acct"))
+    assert extend(redis_client, qs, [("a", 1)]).held == [True]
+    assert redis_client.get(qs.keys.resource_lock("acct")) == "a:1"
+    assert_invariants(redis_client, qs)

@@ -1,0 +1,107 @@
+"""reap.lua: requeue expired leases counting the attempt, dead when out of attempts, promote due
+jobs, drop stale registry entries, batch limits, and the pass lock."""
+
+from __future__ import annotations
+
+from antre.client import Queue
+from antre.protocol import scripts
+from antre.protocol.claim import claim_op
+from antre.protocol.reap import reap_op
+from antre.reaper import run_once
+from invariants import assert_invariants
+from protocol_state import dump, run_fresh, seed_job, server_ms
+
+
+def reap(r, qs, *, limit=100, pass_lock_ms=0, holder="t", fresh=False):
+    op = reap_op(qs, limit=limit, pass_lock_ms=pass_lock_ms, holder=holder)
+    return run_fresh(r, op) if fresh else scripts.run(r, op)
+
+
+def test_expired_lease_is_requeued_at_the_head_and_counts(redis_client, qs):
+    now = server_ms(redis_client)
+    seed_job(redis_client, qs, "waiting")
+    seed_job(redis_client, qs, "lost", status="processing", attempt=2, lease=2, score_ms=now - 1,
+             resource_key="acct", worker="w9")
+    seed_job(redis_client, qs, "alive", status="processing", attempt=1, lease=1, score_ms=now + 60_000)
+    result = reap(redis_client, qs, fresh=True)
+    assert (result.ran, result.requeued, result.dead, result.promoted, result.more) == (True, 1, 0, 0, False)
+    state = dump(redis_client, qs)
+    assert state["ready"] == ["waiting", "lost"]
+    assert state["processing"] == ["alive"]
+    assert state["locks"] == {}  # the lost run's lock is freed
+    job = state["jobs"]["lost"]
+    assert (job["status"], job["attempt"], job["lease"]) == ("queued", "2", "2")  # attempt spent
+    assert job["last_error"] == "lease expired during attempt 2 (worker w9 lost or frozen past its lease)"
+    assert job["history"] == ["lease_expired"]
+    assert state["stats"] == {"lease_expired": 1}
+    assert_invariants(redis_client, qs)
+    # Idempotent: a second pass finds nothing.
+    again = reap(redis_client, qs)
+    assert (again.requeued, again.dead, again.promoted) == (0, 0, 0)
+    assert dump(redis_client, qs) == state
+
+
+def test_job_that_keeps_losing_its_lease_ends_dead(redis_client, qs, ws):
+    seed_job(redis_client, qs, "killer", max_attempts=3)
+    for attempt in (1, 2, 3):
+        [job] = scripts.run(redis_client, claim_op(qs, ws, worker_id=f"w{attempt}", max_jobs=1)).jobs
+        assert job.attempt == attempt
+        redis_client.zadd(qs.keys.processing, {"killer": 0})  # the worker died; time passes
+        result = reap(redis_client, qs)
+        assert (result.requeued, result.dead) == ((1, 0) if attempt < 3 else (0, 1))
+        assert_invariants(redis_client, qs)
+    state = dump(redis_client, qs)
+    assert state["dead"] == ["killer"] and state["ready"] == []
+    assert state["jobs"]["killer"]["status"] == "dead"
+    assert state["jobs"]["killer"]["history"] == [
+        "claimed", "lease_expired", "claimed", "lease_expired", "claimed", "dead"]
+    assert state["stats"] == {"lease_expired": 3, "dead": 1}
+
+
+def test_reap_promotes_due_jobs_only(redis_client, qs):
+    now = server_ms(redis_client)
+    seed_job(redis_client, qs, "due1", status="retrying", attempt=1, lease=1, score_ms=now - 20)
+    seed_job(redis_client, qs, "due2", status="scheduled", score_ms=now - 10)
+    seed_job(redis_client, qs, "later", status="scheduled", score_ms=now + 60_000)
+    result = reap(redis_client, qs)
+    assert result.promoted == 2
+    state = dump(redis_client, qs)
+    assert state["ready"] == ["due2", "due1"]  # earliest due is claimed first
+    assert state["retry"] == ["later"]
+    assert state["jobs"]["due1"]["status"] == state["jobs"]["due2"]["status"] == "queued"
+    assert_invariants(redis_client, qs)
+
+
+def test_batch_limit_reports_more_and_run_once_finishes(redis_client, qs):
+    for i in range(7):
+        seed_job(redis_client, qs, f"j{i}", status="processing", attempt=1, lease=1, score_ms=1)
+    first = reap(redis_client, qs, limit=3)
+    assert (first.requeued, first.more) == (3, True)
+    totals = run_once(redis_client, qs, limit=3)
+    assert (totals.requeued, totals.passes) == (4, 2)
+    assert len(dump(redis_client, qs)["ready"]) == 7
+    assert_invariants(redis_client, qs)
+
+
+def test_pass_lock_lets_one_process_reap(redis_client, qs):
+    seed_job(redis_client, qs, "lost", status="processing", attempt=1, lease=1, score_ms=1)
+    assert reap(redis_client, qs, pass_lock_ms=5000, holder="w1").ran
+    seed_job(redis_client, qs, "lost2", status="processing", attempt=1, lease=1, score_ms=1)
+    blocked = reap(redis_client, qs, pass_lock_ms=5000, holder="w2")
+    assert (blocked.ran, blocked.requeued) == (False, 0)
+    assert redis_client.get(qs.keys.reaper_lock) == "w1"
+    assert 0 < redis_client.pttl(qs.keys.reaper_lock) <= 5000
+    assert reap(redis_client, qs).requeued == 1  # pass_lock_ms=0 (the CronJob) always runs
+
+
+def test_stale_registry_entries_are_dropped(redis_client, qs):
+    now = server_ms(redis_client)
+    redis_client.zadd(qs.keys.workers, {"gone": now - 5000, "alive": now - 5000, "fresh": now})
+    redis_client.set(qs.keys.worker("alive"), "{}", px=10_000)
+    assert reap(redis_client, qs).workers_dropped == 1
+    assert redis_client.zrange(qs.keys.workers, 0, -1) == ["alive", "fresh"]
+
+
+def test_queue_reap_matches_the_script(redis_client, qs):
+    seed_job(redis_client, qs, "lost", status="processing", attempt=1, lease=1, score_ms=1)
+    assert Queue(redis_client, settings=qs).reap().requeued == 1
