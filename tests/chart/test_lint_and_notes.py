@@ -51,3 +51,10 @@ def test_notes_with_redis_and_peering(helm: str, tmp_path: Path) -> None:
     assert "key: redis-url" in text
     assert "watches JobQueues in: a" in text
     assert "get jobqueues example --watch" in text
+
+
+def test_notes_warn_when_the_example_is_not_watched(helm: str, tmp_path: Path) -> None:
+    text = notes(helm, tmp_path, EVERYTHING_ON)
+    assert f"WARNING: the example JobQueue is in namespace {NAMESPACE}" in text
+    watched = dict(EVERYTHING_ON, operator={"watchNamespaces": [NAMESPACE]})
+    assert "WARNING" not in notes(helm, tmp_path, watched)
