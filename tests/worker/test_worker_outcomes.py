@@ -1,0 +1,213 @@
+"""Running handlers: async and plain def, Retry(delay), Permanent, unknown types, undecodable
+payloads, job timeouts, jittered retry delays, checkpoints, idempotent duplicates."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+from antre import Backoff, Permanent, Queue, Retry
+from antre.handlers import HandlerRegistry
+from invariants import assert_invariants
+from worker_harness import eventually, running_worker, status_of
+
+
+async def test_async_and_plain_def_handlers(redis_client, aredis, qs):
+    registry = HandlerRegistry()
+    seen = []
+
+    @registry.handler("async_job")
+    async def async_job(job):
+        seen.append(("async", job.payload, job.attempt, threading.current_thread().name))
+
+    @registry.handler("sync_job")
+    def sync_job(job):
+        seen.append(("sync", job.payload, job.attempt, threading.current_thread().name))
+
+    queue = Queue(redis_client, settings=qs)
+    a = queue.enqueue("async_job", {"n": 1}).job_id
+    b = queue.enqueue("sync_job", [2]).job_id
+    async with running_worker(aredis, qs, registry):
+        await eventually(lambda: status_of(redis_client, qs, a) == status_of(redis_client, qs, b) == "done")
+    assert sorted(s[:3] for s in seen) == [("async", {"n": 1}, 1), ("sync", [2], 1)]
+    threads = {kind: name for kind, _, _, name in seen}
+    assert threads["async"] == "MainThread" and threads["sync"].startswith("antre-handler")
+    info = queue.get(a)
+    assert (info.outcome, info.worker) == ("succeeded", "w1")
+    assert [e.event for e in info.history] == ["enqueued", "claimed", "acked"]
+    assert_invariants(redis_client, qs)
+
+
+async def test_retry_with_delay_then_success(redis_client, aredis, qs):
+    registry = HandlerRegistry()
+    attempts = []
+
+    @registry.handler("flaky")
+    async def flaky(job):
+        attempts.append(job.attempt)
+        if job.attempt == 1:
+            raise Retry("not yet", delay=0.3)
+
+    job_id = Queue(redis_client, settings=qs).enqueue("flaky").job_id
+    async with running_worker(aredis, qs, registry):
+        await eventually(lambda: status_of(redis_client, qs, job_id) == "done")
+    info = Queue(redis_client, settings=qs).get(job_id)
+    assert attempts == [1, 2]
+    events = {e.event: e for e in info.history}
+    assert [e.event for e in info.history] == ["enqueued", "claimed", "retrying", "claimed", "acked"]
+    assert events["retrying"].error == "Retry: not yet"
+    claimed_again = info.history[3]
+    assert claimed_again.at_ms - events["retrying"].at_ms >= 300  # not before its due time
+    assert_invariants(redis_client, qs)
+
+
+async def test_permanent_goes_straight_to_dead(redis_client, aredis, qs):
+    registry = HandlerRegistry()
+
+    @registry.handler("bad")
+    def bad(job):
+        raise Permanent("card declined")
+
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("bad", max_attempts=5).job_id
+    async with running_worker(aredis, qs, registry):
+        await eventually(lambda: status_of(redis_client, qs, job_id) == "dead")
+    info = queue.get(job_id)
+    assert (info.attempt, info.last_error) == (1, "Permanent: card declined")
+    assert redis_client.lrange(qs.keys.dead, 0, -1) == [job_id]
+    assert_invariants(redis_client, qs)
+
+
+async def test_unknown_type_and_undecodable_payload_go_dead_saying_why(redis_client, aredis, qs):
+    registry = HandlerRegistry()
+    calls = []
+
+    @registry.handler("known")
+    async def known(job):
+        calls.append(job.id)
+
+    queue = Queue(redis_client, settings=qs)
+    unknown = queue.enqueue("nope", max_attempts=5).job_id
+    garbled = queue.enqueue("known", {"a": 1}).job_id
+    redis_client.hset(qs.keys.job(garbled), "payload", "{not json")
+    async with running_worker(aredis, qs, registry):
+        await eventually(lambda: status_of(redis_client, qs, unknown) == status_of(
+            redis_client, qs, garbled) == "dead")
+    assert calls == []
+    assert queue.get(unknown).last_error == "unknown job type 'nope'; this worker serves ['known']"
+    assert queue.get(unknown).attempt == 1
+    error = redis_client.hget(qs.keys.job(garbled), "last_error")
+    assert error.startswith("undecodable payload: Expecting property name")
+    assert_invariants(redis_client, qs)
+
+
+async def test_job_timeout_fails_the_run(redis_client, aredis, qs):
+    registry = HandlerRegistry()
+
+    @registry.handler("slow", timeout=0.2)
+    async def slow(job):
+        await asyncio.sleep(30)
+
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("slow", max_attempts=1).job_id
+    async with running_worker(aredis, qs, registry):
+        await eventually(lambda: status_of(redis_client, qs, job_id) == "dead", timeout_s=5)
+    assert queue.get(job_id).last_error == "timed out after 0.2 s (job timeout)"
+    assert_invariants(redis_client, qs)
+
+
+async def test_worker_job_timeout_applies_to_plain_def(redis_client, aredis, qs):
+    registry = HandlerRegistry()
+    release = threading.Event()
+
+    @registry.handler("slow")
+    def slow(job):
+        release.wait(10)
+
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("slow", max_attempts=1).job_id
+    try:
+        async with running_worker(aredis, qs, registry, job_timeout_s=0.2):
+            await eventually(lambda: status_of(redis_client, qs, job_id) == "dead", timeout_s=5)
+    finally:
+        release.set()
+    assert "timed out after 0.2 s" in queue.get(job_id).last_error
+
+
+async def test_retry_delays_are_jittered_inside_the_ceiling(redis_client, aredis, qs):
+    registry = HandlerRegistry()
+    backoff = Backoff(base_s=20.0, max_s=40.0)
+
+    @registry.handler("fails", backoff=backoff)
+    async def fails(job):
+        raise RuntimeError("down")
+
+    queue = Queue(redis_client, settings=qs)
+    ids = [r.job_id for r in queue.enqueue_many([("fails", i) for i in range(20)])]
+    async with running_worker(aredis, qs, registry, concurrency=8):
+        await eventually(lambda: redis_client.zcard(qs.keys.retry) == 20)
+    delays = []
+    for job_id in ids:
+        info = queue.get(job_id)
+        failed_at = info.history[-1]
+        assert (failed_at.event, failed_at.error) == ("retrying", "RuntimeError: down")
+        delays.append(redis_client.zscore(qs.keys.retry, job_id) - failed_at.at_ms)
+    assert all(0 <= d <= backoff.ceiling_ms(1) for d in delays), delays
+    assert len(set(delays)) > 10  # full jitter spreads them out
+    assert_invariants(redis_client, qs)
+
+
+async def test_checkpointed_steps_are_skipped_on_replay(redis_client, aredis, qs):
+    registry = HandlerRegistry()
+    runs = {"charge": 0, "ship": 0, "email": 0}
+
+    def action(name, value):
+        def run():
+            runs[name] += 1
+            return value
+        return run
+
+    @registry.handler("order")
+    async def order(job):
+        receipt = await job.step("charge", action("charge", {"receipt": 7}))
+        assert receipt == {"receipt": 7}
+        if job.attempt == 1:
+            raise Retry("crash after charging", delay=0)
+        await job.step("ship", action("ship", "shipped"))
+
+    @registry.handler("order_sync")
+    def order_sync(job):
+        job.step_blocking("email", action("email", 1))
+        if job.attempt == 1:
+            raise RuntimeError("flaky")
+
+    queue = Queue(redis_client, settings=qs)
+    a = queue.enqueue("order").job_id
+    b = queue.enqueue("order_sync").job_id
+    async with running_worker(aredis, qs, registry, backoff=Backoff(base_s=0.01, max_s=0.01)):
+        await eventually(lambda: status_of(redis_client, qs, a) == status_of(redis_client, qs, b) == "done")
+    assert runs == {"charge": 1, "ship": 1, "email": 1}
+    assert queue.get(a).steps == {"charge": {"receipt": 7}, "ship": "shipped"}
+    assert queue.get(a).attempt == 2 and queue.get(b).attempt == 2
+    assert json.loads(redis_client.hget(qs.keys.job(b), "step:email")) == 1
+
+
+async def test_duplicate_by_done_key_is_acked_without_running(redis_client, aredis, qs):
+    registry = HandlerRegistry()
+    calls = []
+
+    @registry.handler("pay")
+    async def pay(job):
+        calls.append(job.id)
+
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("pay", idempotency_key="invoice-9").job_id
+    # Another job with the same key finished while this one waited.
+    redis_client.set(qs.keys.idempotency("invoice-9"), "earlier|done")
+    async with running_worker(aredis, qs, registry):
+        await eventually(lambda: status_of(redis_client, qs, job_id) == "done")
+    assert calls == []
+    assert queue.get(job_id).outcome == "duplicate"
+    assert queue.stats().counters.get("duplicate") == 1
+    assert_invariants(redis_client, qs)
