@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -126,7 +128,15 @@ def run_worker(args: argparse.Namespace) -> int:
         raise errors.InvalidArgument(
             "--handlers: no handlers registered; name a module that uses @antre.handler "
             "(--handlers myapp.jobs or ANTRE_HANDLERS)")
-    return asyncio.run(_serve_worker(args.redis_url, queue_settings, worker_settings))
+    code = asyncio.run(_serve_worker(args.redis_url, queue_settings, worker_settings))
+    # A plain-def handler still running in a thread was released at the end of the grace
+    # period, its result discarded. Interpreter exit would join that thread (for as long as the
+    # handler takes, meanwhile running beside the worker that picked the job up): exit now.
+    if any(t.name.startswith("antre-handler") and t.is_alive() for t in threading.enumerate()):
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(code)
+    return code
 
 
 async def _serve_worker(url: str, queue_settings: settings.QueueSettings,
