@@ -2,7 +2,8 @@
 
 Covers: the reaper requeues the frozen worker's expired lease; a second worker runs and acks the
 job; the thawed worker's result is refused (it logs ``lease_lost``, whether its heartbeat or its
-ack finds the lease gone first, and the record keeps the second worker's ack); the idempotent handler's effect happens once although the handler ran twice.
+ack finds the lease gone first, and the record keeps the second worker's ack); the idempotent
+handler's effect happens once although the handler ran twice.
 """
 
 from __future__ import annotations
