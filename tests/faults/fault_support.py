@@ -61,11 +61,12 @@ class WorkerProcess:
     def worker_id(self, timeout_s: float = 15.0) -> str:
         """Waits for the "worker started" line and returns the worker id it names."""
         def started() -> str | None:
-            if not self.alive():
-                raise AssertionError(f"worker {self.name} exited early:\n{self.log_path.read_text()}")
+            alive = self.alive()  # before reading: a worker may start, then die of its first job
             for entry in self.log_lines():
                 if entry.get("msg") == "worker started":
                     return str(entry["worker_id"])
+            if not alive:
+                raise AssertionError(f"worker {self.name} exited early:\n{self.log_path.read_text()}")
             return None
         return str(wait_until(started, timeout_s=timeout_s, message=f"worker {self.name} to start"))
 
