@@ -28,12 +28,12 @@ def grants(role: dict[str, Any]) -> Grants:
 # What the operator does in a watched namespace (see templates/_rbac.tpl for the why of each).
 NAMESPACED: Grants = (
     {("antre.dev", "jobqueues", v) for v in ("get", "list", "watch", "patch")}
-    | {("antre.dev", "jobqueues/status", v) for v in ("get", "patch")}
+    | {("antre.dev", "jobqueues/status", "patch")}
     | {(g, r, v) for g, r in (("apps", "deployments"), ("batch", "cronjobs"), ("", "services"))
-       for v in ("get", "list", "watch", "create", "update", "patch", "delete")}
+       for v in ("get", "list", "watch", "create", "patch", "delete")}
     | {("", "pods", v) for v in ("list", "watch", "patch")}
     | {("", "secrets", "get")}
-    | {(g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")}
+    | {("", "events", "create")}
 )
 CRD_OBSERVATION: Grants = {("apiextensions.k8s.io", "customresourcedefinitions", v)
                            for v in ("list", "watch")}

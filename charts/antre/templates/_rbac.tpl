@@ -12,22 +12,23 @@ Rules on namespaced resources: JobQueues and the children rendered from them.
 - apiGroups: [antre.dev]
   resources: [jobqueues]
   verbs: [get, list, watch, patch]
-# Report status (conditions, replicas, backlog) through the status subresource.
+# Report status (conditions, replicas, backlog) through the status subresource (kube.patch).
 - apiGroups: [antre.dev]
   resources: [jobqueues/status]
-  verbs: [get, patch]
+  verbs: [patch]
 # The worker and API Deployments: render, repair when edited or deleted by hand, scale.
+# kopf watches them (labelled ours); kube.apply creates or merge-patches, never replaces (PUT).
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, list, watch, create, update, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # The reaper CronJob.
 - apiGroups: [batch]
   resources: [cronjobs]
-  verbs: [get, list, watch, create, update, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # The API Service.
 - apiGroups: [""]
   resources: [services]
-  verbs: [get, list, watch, create, update, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # Worker pods: annotate controller.kubernetes.io/pod-deletion-cost so idle pods go first.
 - apiGroups: [""]
   resources: [pods]
@@ -36,10 +37,10 @@ Rules on namespaced resources: JobQueues and the children rendered from them.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get]
-# Post Events (scaling decisions, errors); kopf uses the core API, newer clients events.k8s.io.
-- apiGroups: ["", events.k8s.io]
+# Post Events (scaling decisions, errors) through kopf.event, which only creates core v1 Events.
+- apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
 {{- end }}
 
 {{/*
