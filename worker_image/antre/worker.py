@@ -249,6 +249,8 @@ class Worker:
 
     def _start(self, claimed: ClaimedJob) -> None:
         run = Run(claimed)
+        if claimed.id in self._held:  # a newer lease of a job we still run: the old run is lost
+            self._lease_lost(claimed.id)
         self._held[claimed.id] = run
         self._running += 1
         run.task = asyncio.create_task(self._execute(run))
@@ -357,7 +359,8 @@ class Worker:
                     # Out of budget: the leases have expired and the reaper redelivers them.
                     held = [False] * len(batch)
                 for run, ok in zip(batch, held, strict=True):
-                    self._held.pop(run.claimed.id, None)
+                    if self._held.get(run.claimed.id) is run:
+                        del self._held[run.claimed.id]
                     if ok:
                         self.succeeded += 1
                         self._outcome(run, "succeeded")
@@ -385,7 +388,8 @@ class Worker:
             outcome = "retried" if result.outcome == "retrying" else "dead"
             self._outcome(run, outcome, error=error, level=logging.WARNING)
         finally:
-            self._held.pop(claimed.id, None)
+            if self._held.get(claimed.id) is run:
+                del self._held[claimed.id]
 
     def _outcome(self, run: Run, outcome: str, *, error: str | None = None,
                  level: int = logging.INFO) -> None:
