@@ -1,0 +1,225 @@
+"""Leases while a worker runs: heartbeats keep a long job, a lost lease discards the result, a
+graceful stop releases unfinished jobs, resource locks serialise jobs, an idle worker wakes at
+once, the registry entry, and the eviction-policy warning."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import statistics
+import threading
+import time
+
+import pytest
+from antre import AsyncQueue, Queue
+from antre.connection import connect_async
+from antre.handlers import HandlerRegistry
+from antre.settings import QueueSettings
+from invariants import assert_invariants
+from redis_servers import running_redis
+from worker_harness import eventually, running_worker, status_of
+
+
+def lifecycle_events(caplog, event):
+    return [r for r in caplog.records if r.name == "antre.lifecycle" and getattr(r, "event", None) == event]
+
+
+async def test_heartbeat_keeps_a_job_longer_than_its_lease(redis_client, aredis, qs):
+    registry = HandlerRegistry()
+    runs = []
+
+    @registry.handler("long")
+    async def long(job):
+        runs.append(job.attempt)
+        await asyncio.sleep(2.5)
+
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("long", resource_key="acct").job_id
+    async with running_worker(aredis, qs, registry, visibility_timeout_s=1.0, reaper_interval_s=0.1):
+        await eventually(lambda: status_of(redis_client, qs, job_id) == "done", timeout_s=8)
+    info = queue.get(job_id)
+    events = [e.event for e in info.history]
+    assert runs == [1] and info.attempt == 1
+    assert "lease_expired" not in events and events.count("extended") >= 5
+    assert redis_client.hget(qs.keys.job(job_id), "lease") == "1"  # never redelivered
+    assert_invariants(redis_client, qs)
+
+
+@pytest.mark.parametrize("concurrency", [
+    pytest.param(1, id="heartbeat-finds-it-lost"),
+    pytest.param(4, id="same-worker-claims-it-again"),
+])
+async def test_lost_lease_discards_the_result(redis_client, aredis, qs, caplog, concurrency):
+    caplog.set_level(logging.INFO, logger="antre")
+    registry = HandlerRegistry()
+    first_run_may_finish = threading.Event()
+    calls = []
+
+    @registry.handler("stuck")
+    def stuck(job):  # a thread cannot be cancelled: its late result must be thrown away
+        calls.append(job.attempt)
+        if job.attempt == 1:
+            first_run_may_finish.wait(10)
+        return "done"
+
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("stuck").job_id
+    try:
+        async with running_worker(aredis, qs, registry, visibility_timeout_s=1.0,
+                                  reaper_interval_s=60, concurrency=concurrency):
+            await eventually(lambda: calls == [1])
+            # The worker looks frozen to the rest of the world: its lease runs out and a
+            # reaper pass requeues the job.
+            redis_client.zadd(qs.keys.processing, {job_id: 0})
+            assert queue.reap().requeued == 1
+            await eventually(lambda: lifecycle_events(caplog, "lease_lost"), timeout_s=5)
+            first_run_may_finish.set()
+            await eventually(lambda: status_of(redis_client, qs, job_id) == "done", timeout_s=5)
+    finally:
+        first_run_may_finish.set()
+    assert calls == [1, 2]
+    info = queue.get(job_id)
+    assert info.attempt == 2
+    assert [e.event for e in info.history if e.event in ("lease_expired", "acked")] == [
+        "lease_expired", "acked"]
+    assert queue.stats().counters["done"] == 1  # the first run's result was discarded
+    [lost] = lifecycle_events(caplog, "lease_lost")
+    assert (lost.job_id, lost.attempt) == (job_id, 1)
+    if concurrency == 1:
+        assert lost.error == "heartbeat found the lease gone"
+    assert_invariants(redis_client, qs)
+
+
+async def test_graceful_stop_releases_unfinished_jobs_to_another_worker(redis_client, redis_url,
+                                                                      aredis, qs):
+    blocking = HandlerRegistry()
+    started = []
+
+    @blocking.handler("work")
+    async def never_finishes(job):
+        started.append(job.id)
+        await asyncio.Event().wait()
+
+    queue = Queue(redis_client, settings=qs)
+    ids = [r.job_id for r in queue.enqueue_many([("work", i) for i in range(3)])]
+    async with running_worker(aredis, qs, blocking, concurrency=2, grace_period_s=0.2) as first:
+        await eventually(lambda: len(started) == 2)
+        stop_at = time.monotonic()
+    assert time.monotonic() - stop_at < 3  # grace period + release, not a visibility timeout
+    released = [job_id for job_id in ids if job_id in started]
+    for job_id in released:
+        info = queue.get(job_id)
+        assert (info.status, info.attempt) == ("queued", 0)  # no attempt spent
+        assert info.history[-1].event == "released" and info.history[-1].worker == first.worker_id
+    # Released jobs are at the head: claimed before the one that never started.
+    assert set(redis_client.lrange(qs.keys.ready, -2, -1)) == set(released)
+    assert redis_client.zcard(qs.keys.processing) == 0
+    assert_invariants(redis_client, qs)
+
+    finishing = HandlerRegistry()
+    finished = []
+
+    @finishing.handler("work")
+    async def quick(job):
+        finished.append((job.id, job.attempt))
+
+    other = connect_async(redis_url)
+    try:
+        async with running_worker(other, qs, finishing, worker_id="w2"):
+            await eventually(lambda: all(status_of(redis_client, qs, i) == "done" for i in ids))
+    finally:
+        await other.aclose()
+    assert sorted(finished) == sorted((job_id, 1) for job_id in ids)
+    assert finished[0][0] in released
+    assert_invariants(redis_client, qs)
+
+
+async def test_jobs_on_one_resource_never_overlap(redis_client, aredis, qs):
+    registry = HandlerRegistry()
+    spans = []
+
+    @registry.handler("touch")
+    async def touch(job):
+        start = time.monotonic()
+        await asyncio.sleep(0.05)
+        spans.append((start, time.monotonic(), job.payload))
+
+    queue = Queue(redis_client, settings=qs)
+    jobs = [{"type": "touch", "payload": i, "resource_key": "acct-1"} for i in range(5)]
+    jobs.append({"type": "touch", "payload": "other", "resource_key": "acct-2"})
+    queue.enqueue_many(jobs)
+    async with running_worker(aredis, qs, registry, concurrency=6):
+        await eventually(lambda: len(spans) == 6, timeout_s=10)
+    same = sorted(span for span in spans if span[2] != "other")
+    for (_, end, _), (start, _, _) in itertools.pairwise(same):
+        assert start >= end, f"overlap on acct-1: {same}"
+    assert queue.stats().counters.get("lock_deferred", 0) >= 1
+    for job_id in redis_client.scan_iter(match=qs.keys.scan_pattern()[:-1] + "job:*"):
+        assert redis_client.hget(job_id, "attempt") == "1"  # waiting spent no attempt
+    assert_invariants(redis_client, qs)
+
+
+async def test_idle_worker_starts_a_new_job_within_10_ms(redis_client, redis_url, aredis, qs):
+    registry = HandlerRegistry()
+    started: dict[int, float] = {}
+
+    @registry.handler("ping")
+    async def ping(job):
+        started[job.payload] = time.perf_counter()
+
+    producer = AsyncQueue(connect_async(redis_url), settings=qs)
+    latencies = []
+    try:
+        async with running_worker(aredis, qs, registry):
+            await producer.stats()  # connect before measuring
+            for i in range(20):
+                await eventually(lambda: redis_client.zcard(qs.keys.processing) == 0)
+                await asyncio.sleep(0)  # let the worker reach its blocking wait
+                sent = time.perf_counter()
+                await producer.enqueue("ping", i)
+                await eventually(lambda i=i: i in started, timeout_s=2)
+                latencies.append(started[i] - sent)
+    finally:
+        await producer.close()
+    median_ms = statistics.median(latencies) * 1000
+    assert median_ms < 10, f"median {median_ms:.2f} ms; all: {[round(x * 1000, 2) for x in latencies]}"
+
+
+async def test_registry_entry_names_the_pod(redis_client, aredis, qs, monkeypatch):
+    monkeypatch.setenv("POD_NAME", "antre-worker-7f9c")
+    registry = HandlerRegistry()
+    registry.register("noop", lambda job: None)
+    queue = Queue(redis_client, settings=qs)
+    async with running_worker(aredis, qs, registry, concurrency=3, worker_id="w-reg"):
+        [entry] = await eventually(queue.workers)
+        assert (entry.worker_id, entry.pod, entry.concurrency, entry.in_flight) == (
+            "w-reg", "antre-worker-7f9c", 3, 0)
+        assert entry.beat_age_s < 5
+    assert queue.workers() == []  # a stopped worker unregisters at once
+
+
+async def test_eviction_policy_warning_is_logged(caplog):
+    caplog.set_level(logging.WARNING, logger="antre")
+    registry = HandlerRegistry()
+    registry.register("noop", lambda job: None)
+    qs = QueueSettings(name="evict")
+    with running_redis("--maxmemory-policy", "allkeys-lru") as server:
+        client = connect_async(server.url)
+        try:
+            async with running_worker(client, qs, registry):
+                await eventually(lambda: any("maxmemory-policy" in r.getMessage() for r in caplog.records))
+        finally:
+            await client.aclose()
+    [warning] = [r for r in caplog.records if "maxmemory-policy" in r.getMessage()]
+    assert warning.levelno == logging.WARNING
+    assert "'allkeys-lru'" in warning.getMessage() and "noeviction" in warning.getMessage()
+
+
+async def test_no_warning_with_noeviction(redis_client, aredis, qs, caplog):
+    caplog.set_level(logging.WARNING, logger="antre")
+    registry = HandlerRegistry()
+    registry.register("noop", lambda job: None)
+    async with running_worker(aredis, qs, registry) as worker:
+        await eventually(lambda: worker.in_flight == 0 and redis_client.exists(qs.keys.worker("w1")))
+    assert not [r for r in caplog.records if "maxmemory-policy" in r.getMessage()]
