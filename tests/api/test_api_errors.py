@@ -1,0 +1,138 @@
+"""Bad requests get a precise 4xx, never a 500 with a traceback.
+
+Covers: 400 naming the field (malformed JSON, wrong types, unknown and missing fields, bad
+query parameters, bad queue names), 413 (body over the limit, by Content-Length or chunked;
+payload over the queue's limit), 415 (content type), 405, 503 with Retry-After when Redis is
+down, and the JSON 500 for an unexpected error (details only in the log).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from antre import Queue
+from redis_servers import free_port
+
+from .conftest import api_client_for
+
+BAD_BODIES = [
+    pytest.param(b"{", "body", id="malformed-json"),
+    pytest.param(b"[1, 2]", "body", id="not-an-object"),
+    pytest.param(b'{"type": "t", "delay_seconds": NaN}', "body", id="nan"),
+    pytest.param(b'{"payload": 1}', "type", id="missing-type"),
+    pytest.param(b'{"type": 5}', "type", id="type-not-string"),
+    pytest.param(b'{"type": ""}', "type", id="type-empty"),
+    pytest.param(b'{"type": "t", "max_attempts": "3"}', "max_attempts", id="attempts-string"),
+    pytest.param(b'{"type": "t", "max_attempts": 0}', "max_attempts", id="attempts-zero"),
+    pytest.param(b'{"type": "t", "max_attempts": true}', "max_attempts", id="attempts-bool"),
+    pytest.param(b'{"type": "t", "delay_seconds": -1}', "delay_seconds", id="delay-negative"),
+    pytest.param(b'{"type": "t", "delay_seconds": "5"}', "delay_seconds", id="delay-string"),
+    pytest.param(b'{"type": "t", "idempotency_key": 7}', "idempotency_key", id="idem-int"),
+    pytest.param(b'{"type": "t", "resource_key": ""}', "resource_key", id="resource-empty"),
+    pytest.param(b'{"type": "t", "priority": 1}', "priority", id="unknown-field"),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), BAD_BODIES)
+async def test_bad_enqueue_body_is_400_naming_the_field(client: Any, body: bytes, field: str) -> None:
+    response = await client.post("/v1/queues/q/jobs", data=body,
+                                 headers={"Content-Type": "application/json"})
+    assert response.status == 400
+    error = await response.json()
+    assert error["field"] == field
+    assert error["message"].startswith(f"{field}:")
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    pytest.param({}, "ids", id="nothing"),
+    pytest.param({"ids": "abc"}, "ids", id="ids-string"),
+    pytest.param({"ids": []}, "ids", id="ids-empty"),
+    pytest.param({"ids": ["a"], "all": True}, "ids", id="both"),
+    pytest.param({"all": "yes"}, "all", id="all-string"),
+    pytest.param({"all": True, "limit": 0}, "limit", id="limit-zero"),
+    pytest.param({"all": True, "everything": 1}, "everything", id="unknown-field"),
+])
+async def test_bad_replay_body_is_400(client: Any, body: dict[str, Any], field: str) -> None:
+    response = await client.post("/v1/queues/q/dead/replay", json=body)
+    assert response.status == 400
+    assert (await response.json())["field"] == field
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=abc", "limit=100000", "offset=-1"])
+async def test_bad_dead_list_query_is_400(client: Any, query: str) -> None:
+    response = await client.get(f"/v1/queues/q/dead?{query}")
+    assert response.status == 400
+    assert (await response.json())["field"] == query.split("=")[0]
+
+
+async def test_bad_queue_name_is_400(client: Any) -> None:
+    response = await client.post("/v1/queues/-bad%7Bname%7D/jobs", json={"type": "t"})
+    assert response.status == 400
+    assert (await response.json())["field"] == "queue"
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
+async def test_wrong_content_type_is_415(client: Any, content_type: str | None) -> None:
+    headers = {"Content-Type": content_type} if content_type else {}
+    response = await client.post("/v1/queues/q/jobs", data=b'{"type": "t"}', headers=headers)
+    assert response.status == 415
+
+
+async def test_body_over_the_limit_is_413(redis_client: Any, redis_url: str) -> None:
+    async with api_client_for(redis_url, max_body_bytes=1000) as small:
+        big = b'{"type": "t", "payload": "' + b"x" * 2000 + b'"}'
+        response = await small.post("/v1/queues/q/jobs", data=big,
+                                    headers={"Content-Type": "application/json"})
+        assert response.status == 413
+        assert (await response.json())["error"] == "body_too_large"
+
+        async def chunks() -> Any:  # no Content-Length: the limit applies while reading
+            for _ in range(4):
+                yield b" " * 400
+            yield b'{"type": "t"}'
+
+        response = await small.post("/v1/queues/q/jobs", data=chunks(),
+                                    headers={"Content-Type": "application/json"})
+        assert response.status == 413
+
+
+async def test_payload_over_the_queue_limit_is_413(client: Any) -> None:
+    response = await client.post("/v1/queues/q/jobs",
+                                 json={"type": "t", "payload": "x" * (256 * 1024 + 1)})
+    assert response.status == 413
+    assert (await response.json())["field"] == "payload"
+
+
+async def test_wrong_method_is_405_json(client: Any) -> None:
+    response = await client.delete("/v1/queues/q/stats")
+    assert response.status == 405
+    assert (await response.json())["error"] == "method_not_allowed"
+
+
+async def test_redis_down_is_503_with_retry_after() -> None:
+    async with api_client_for(f"redis://127.0.0.1:{free_port()}/0") as down:
+        for method, path, body in [("POST", "/v1/queues/q/jobs", {"type": "t"}),
+                                   ("GET", "/v1/queues/q/stats", None),
+                                   ("GET", "/v1/queues/q/jobs/abc", None),
+                                   ("GET", "/readyz", None)]:
+            response = await down.request(method, path, json=body)
+            assert response.status == 503, path
+            assert response.headers["Retry-After"] == "1"
+            assert (await response.json())["error"] == "redis_unavailable"
+        assert (await down.get("/healthz")).status == 200
+        assert (await down.get("/metrics")).status == 200
+
+
+async def test_unexpected_error_is_a_json_500_without_internals(
+        client: Any, redis_client: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # A corrupted key (wrong Redis type) makes the stats script fail in a way no handler expects.
+    redis_client.set(Queue(redis_client, "q").keys.stats, "oops")
+    with caplog.at_level(logging.ERROR, logger="antre.api"):
+        response = await client.get("/v1/queues/q/stats")
+    assert response.status == 500
+    body = await response.text()
+    assert "Traceback" not in body and "WRONGTYPE" not in body
+    assert (await response.json())["error"] == "internal"
+    assert any(record.exc_info for record in caplog.records)

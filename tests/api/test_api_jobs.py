@@ -1,0 +1,92 @@
+"""Enqueue and read jobs over HTTP.
+
+Covers: 202 queued / scheduled with Location, the idempotency key returning the existing job
+with 200, job reads with status, attempt, last_error and history, 404 for unknown jobs, stats,
+the dead-letter list with paging and replay by ids or all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from antre import JobStatus, Queue
+from operations import queue_states
+
+
+async def test_enqueue_answers_202_and_the_job_exists(client: Any, redis_client: Any) -> None:
+    response = await client.post("/v1/queues/emails/jobs",
+                                 json={"type": "send_email", "payload": {"to": "a@b.c"}})
+    assert response.status == 202
+    body = await response.json()
+    assert body == {"job_id": body["job_id"], "status": "queued", "created": True}
+    assert response.headers["Location"] == f"/v1/queues/emails/jobs/{body['job_id']}"
+    info = Queue(redis_client, "emails").get(body["job_id"])
+    assert (info.type, info.payload, info.status) == ("send_email", {"to": "a@b.c"},
+                                                       JobStatus.QUEUED)
+
+
+async def test_enqueue_with_delay_is_scheduled(client: Any, redis_client: Any) -> None:
+    response = await client.post("/v1/queues/q/jobs", json={
+        "type": "t", "delay_seconds": 60, "max_attempts": 2, "resource_key": "acct-1"})
+    body = await response.json()
+    assert (response.status, body["status"]) == (202, "scheduled")
+    info = Queue(redis_client, "q").get(body["job_id"])
+    assert (info.status, info.max_attempts, info.resource_key) == (JobStatus.SCHEDULED, 2, "acct-1")
+
+
+async def test_live_idempotency_key_returns_the_existing_job_with_200(client: Any) -> None:
+    job = {"type": "charge", "payload": {"amount": 5}, "idempotency_key": "order-42"}
+    first = await client.post("/v1/queues/q/jobs", json=job)
+    second = await client.post("/v1/queues/q/jobs", json=job)
+    assert (first.status, second.status) == (202, 200)
+    created, existing = await first.json(), await second.json()
+    assert existing["job_id"] == created["job_id"]
+    assert existing["created"] is False
+    assert existing["status"] == "queued"
+    assert existing["job"]["payload"] == {"amount": 5}
+
+
+async def test_get_job_shows_status_attempt_error_and_history(client: Any, redis_client: Any) -> None:
+    queue = Queue(redis_client, "q")
+    [job_id] = queue_states.dead_letters(queue, [("ValueError: bad address", 1)])
+    response = await client.get(f"/v1/queues/q/jobs/{job_id}")
+    assert response.status == 200
+    body = await response.json()
+    assert (body["status"], body["attempt"], body["last_error"]) == (
+        "dead", 1, "ValueError: bad address")
+    assert [event["event"] for event in body["history"]] == ["enqueued", "claimed", "dead"]
+
+
+async def test_unknown_job_is_404(client: Any) -> None:
+    for job_id in ("0123456789abcdef0123456789a", "no%20such"):
+        response = await client.get(f"/v1/queues/q/jobs/{job_id}")
+        assert response.status == 404, job_id
+        assert (await response.json())["error"] == "not_found"
+
+
+async def test_stats(client: Any, redis_client: Any) -> None:
+    queue = Queue(redis_client, "q")
+    queue.enqueue_many([("t", i) for i in range(3)])
+    queue.enqueue("t", delay=60)
+    body = await (await client.get("/v1/queues/q/stats")).json()
+    assert {k: body[k] for k in ("queue", "ready", "scheduled", "due", "dead", "backlog")} == {
+        "queue": "q", "ready": 3, "scheduled": 1, "due": 0, "dead": 0, "backlog": 3}
+    assert body["counters"]["enqueued"] == 4
+
+
+async def test_dead_list_pages_newest_first(client: Any, redis_client: Any) -> None:
+    ids = queue_states.dead_letters(Queue(redis_client, "q"), [("E1", 3), ("E2", 2)])
+    page = await (await client.get("/v1/queues/q/dead?limit=2&offset=1")).json()
+    assert (page["total"], page["limit"], page["offset"]) == (5, 2, 1)
+    assert [job["id"] for job in page["jobs"]] == list(reversed(ids))[1:3]
+
+
+async def test_replay_by_ids_and_all(client: Any, redis_client: Any) -> None:
+    queue = Queue(redis_client, "q")
+    ids = queue_states.dead_letters(queue, [("E", 4)])
+    response = await client.post("/v1/queues/q/dead/replay", json={"ids": [ids[0], "nope"]})
+    assert (response.status, (await response.json())["replayed"]) == (200, [ids[0]])
+    response = await client.post("/v1/queues/q/dead/replay", json={"all": True, "limit": 2})
+    assert (await response.json())["count"] == 2
+    assert queue.stats().dead == 1
+    assert queue.get(ids[0]).status == JobStatus.QUEUED

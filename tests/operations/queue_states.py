@@ -1,0 +1,68 @@
+"""Queue states built on purpose, through the real protocol scripts, for the inspection tests
+and the API tests: a stuck lease, an overdue retry, a dead-letter burst, a held resource lock.
+
+Where a state needs time to pass (a lease that expired a minute ago), the helper claims or
+fails the job for real and then moves its deadline into the past in the ZSET, which is what the
+passing of that time would have left behind; no test sleeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from antre import Queue, WorkerSettings
+from antre.protocol import scripts
+from antre.protocol.claim import claim_op
+from antre.protocol.settle import fail_op
+
+WORKER = WorkerSettings(visibility_timeout_s=30)
+
+
+def server_ms(queue: Queue) -> int:
+    seconds, micros = queue.redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def claim(queue: Queue, n: int = 1, *, worker_id: str = "test-worker") -> list[tuple[str, int]]:
+    """Leases up to ``n`` ready jobs; returns (job id, lease token) pairs."""
+    result = scripts.run(queue.redis, claim_op(queue.settings, WORKER, worker_id=worker_id,
+                                               max_jobs=n))
+    return [(job.id, job.lease) for job in result.jobs]
+
+
+def stuck_lease(queue: Queue, *, expired_s: float = 60.0, job_type: str = "resize",
+                resource_key: str | None = None, worker_id: str = "dead-worker") -> str:
+    """A job leased by a worker that vanished ``expired_s`` seconds after its deadline."""
+    job_id = queue.enqueue(job_type, {"n": 1}, resource_key=resource_key).job_id
+    [(claimed, _token)] = claim(queue, 1, worker_id=worker_id)
+    assert claimed == job_id
+    queue.redis.zadd(queue.keys.processing, {job_id: server_ms(queue) - int(expired_s * 1000)})
+    return job_id
+
+
+def fail(queue: Queue, lease: tuple[str, int], *, error: str, retry_delay_ms: int | None) -> str:
+    result = scripts.run(queue.redis, fail_op(queue.settings, lease, error=error,
+                                              retry_delay_ms=retry_delay_ms,
+                                              worker_id="test-worker"))
+    return result.outcome
+
+
+def overdue_retry(queue: Queue, *, overdue_s: float = 120.0, job_type: str = "charge") -> str:
+    """A failed job whose retry fell due ``overdue_s`` seconds ago and was never promoted."""
+    job_id = queue.enqueue(job_type, {}).job_id
+    [lease] = claim(queue, 1)
+    assert fail(queue, lease, error="TimeoutError: upstream", retry_delay_ms=1000) == "retrying"
+    queue.redis.zadd(queue.keys.retry, {job_id: server_ms(queue) - int(overdue_s * 1000)})
+    return job_id
+
+
+def dead_letters(queue: Queue, errors_by_count: Sequence[tuple[str, int]], *,
+                 job_type: str = "send_email") -> list[str]:
+    """Dead-letters jobs: for each (error text, count) that many jobs fail permanently."""
+    ids = []
+    for error, count in errors_by_count:
+        for result in queue.enqueue_many([(job_type, {"i": i}) for i in range(count)]):
+            ids.append(result.job_id)
+        for lease in claim(queue, count):
+            assert fail(queue, lease, error=error, retry_delay_ms=None) == "dead"
+    return ids

@@ -1,0 +1,487 @@
+"""The HTTP producer API (``antre api``): enqueue, job state, stats and the dead-letter list.
+
+An aiohttp application over :class:`antre.AsyncQueue`; the OpenAPI document it serves is built by
+:mod:`antre.openapi`, whose limits the validation here imports. Middlewares, outermost first:
+
+- ``errors``: every failure becomes a JSON ``{"error", "message"[, "field"]}`` body. Redis being
+  unreachable is a 503 with ``Retry-After``; anything unexpected is logged with its traceback and
+  answered with a bare 500 (no internals leak to clients).
+- ``auth``: with a token configured (env ``ANTRE_API_TOKEN``), ``/v1/`` needs
+  ``Authorization: Bearer <token>``, compared in constant time. Probes, /metrics and
+  /openapi.json stay open, as a kubelet or Prometheus cannot hold the token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hmac
+import json
+import logging
+import math
+import os
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import redis
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from antre import __version__, cli, connection, errors, keys, logs, openapi, settings, tracing
+from antre.client import AsyncQueue
+from antre.depth_metrics import DepthCollector
+from antre.protocol.depth import Depth
+
+log = logging.getLogger("antre.api")
+
+DEFAULT_PORT: Final = 8080
+#: Largest request body accepted; the payload limit of the queue (256 KiB) applies on top.
+DEFAULT_MAX_BODY_BYTES: Final = 1024 * 1024
+#: Seconds a client should wait after a 503 before retrying.
+RETRY_AFTER_S: Final = 1
+#: Paths served without the token: probes, scrapes and the API description.
+OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    token: str | None = None
+    """Bearer token required on /v1/; None or empty serves without authentication."""
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """Largest request body, in bytes; bigger bodies get 413."""
+    metrics_queues: tuple[str, ...] = ()
+    """Queues whose depth /metrics reports (read from Redis at each scrape)."""
+    retry_after_s: int = RETRY_AFTER_S
+    """Value of Retry-After on 503 answers, in seconds."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_body_bytes, bool) or not isinstance(self.max_body_bytes, int) \
+                or self.max_body_bytes < 1:
+            raise errors.InvalidArgument(
+                f"--max-body-bytes: got {self.max_body_bytes!r}; must be an integer >= 1")
+
+
+class BadRequest(Exception):
+    """A client error to answer with ``status`` and a JSON error body."""
+
+    def __init__(self, status: int, code: str, message: str, *, field: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+        self.headers = headers or {}
+
+
+def _error_response(status: int, code: str, message: str, *, field: str | None = None,
+                    headers: dict[str, str] | None = None) -> web.Response:
+    body: dict[str, Any] = {"error": code, "message": message}
+    if field is not None:
+        body["field"] = field
+    return web.json_response(body, status=status, headers=headers)
+
+
+# -- application state ---------------------------------------------------------------------------
+
+class ApiState:
+    """What the handlers share: one Redis client, the queue template, settings and metrics."""
+
+    def __init__(self, redis_client: Any, queue_template: settings.QueueSettings,
+                 api_settings: ApiSettings) -> None:
+        self.redis = redis_client
+        self.queue_template = queue_template
+        self.settings = api_settings
+        self.registry = CollectorRegistry()
+        self.requests = Counter("antre_api_requests_total", "HTTP requests by route and status",
+                                ["method", "route", "status"], registry=self.registry)
+        self.request_seconds = Histogram(
+            "antre_api_request_duration_seconds", "HTTP request handling time", ["route"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=self.registry)
+        self.enqueued = Counter("antre_api_enqueued_total", "Enqueue requests by result "
+                                "(created, existing)", ["queue", "result"], registry=self.registry)
+        self.depth = DepthCollector()
+        self.registry.register(self.depth)
+
+    def queue(self, name: str) -> AsyncQueue:
+        try:
+            keys.validate_queue_name(name)
+        except errors.InvalidArgument as exc:
+            raise BadRequest(400, "invalid_argument", str(exc), field="queue") from None
+        return AsyncQueue(self.redis, settings=dataclasses.replace(self.queue_template, name=name))
+
+
+APP_STATE: Final = web.AppKey("antre_state", ApiState)
+OPENAPI_DOC: Final = web.AppKey("antre_openapi", dict)
+
+
+def _state(request: web.Request) -> ApiState:
+    return request.app[APP_STATE]
+
+
+# -- middlewares ---------------------------------------------------------------------------------
+
+def _route_name(request: web.Request) -> str:
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "unmatched"
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    state = _state(request)
+    started = time.perf_counter()
+    response: web.StreamResponse
+    try:
+        response = await handler(request)
+    except BadRequest as exc:
+        response = _error_response(exc.status, exc.code, exc.message, field=exc.field,
+                                   headers=exc.headers)
+    except web.HTTPException as exc:  # aiohttp's own: unknown path, wrong method, body too big
+        if exc.status == 413:
+            response = _error_response(413, "body_too_large", f"request body: must be at most "
+                                       f"{state.settings.max_body_bytes} bytes")
+        else:
+            code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status, "http_error")
+            response = _error_response(exc.status, code, exc.reason,
+                                       headers={k: v for k, v in exc.headers.items()
+                                                if k.lower() == "allow"})
+    except (errors.RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
+        log.warning("redis unavailable", extra={"path": request.path, "error": str(exc)})
+        response = _error_response(503, "redis_unavailable",
+                                   "Redis is unavailable; retry later",
+                                   headers={"Retry-After": str(state.settings.retry_after_s)})
+    except Exception:
+        request_id = secrets.token_hex(8)
+        log.exception("unhandled error", extra={"path": request.path, "method": request.method,
+                                                "request_id": request_id})
+        response = _error_response(500, "internal", f"internal error (request id {request_id}; "
+                                   "details are in the server log)")
+    route = _route_name(request)
+    state.requests.labels(request.method, route, str(response.status)).inc()
+    state.request_seconds.labels(route).observe(time.perf_counter() - started)
+    return response
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    token = _state(request).settings.token
+    if not token or request.path in OPEN_PATHS:
+        return await handler(request)
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    if not header:
+        raise BadRequest(401, "unauthorized", "Authorization: missing; send 'Bearer <token>'",
+                         headers={"WWW-Authenticate": 'Bearer realm="antre"'})
+    # compare_digest on bytes: constant time whatever the two lengths share.
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(),
+                                                             token.encode()):
+        raise BadRequest(401, "unauthorized", "Authorization: bearer token is wrong",
+                         headers={"WWW-Authenticate":
+                                  'Bearer realm="antre", error="invalid_token"'})
+    return await handler(request)
+
+
+# -- request parsing -----------------------------------------------------------------------------
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+async def read_json_object(request: web.Request) -> dict[str, Any]:
+    """The body as a JSON object, or a BadRequest with 415, 413 or 400."""
+    content_type = request.headers.get("Content-Type", "")
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media != openapi.JSON and not (media.startswith("application/") and media.endswith("+json")):
+        raise BadRequest(415, "unsupported_media_type",
+                         f"Content-Type: got {content_type or 'none'!r}; must be application/json")
+    limit = _state(request).settings.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise BadRequest(413, "body_too_large",
+                         f"request body: {request.content_length} bytes; must be at most {limit}")
+    raw = await request.read()  # client_max_size == limit: a chunked body over it raises 413
+    try:
+        body = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(400, "invalid_json", f"body: not valid JSON ({exc})",
+                         field="body") from None
+    if not isinstance(body, dict):
+        raise BadRequest(400, "invalid_argument",
+                         f"body: got a JSON {type(body).__name__}; must be a JSON object",
+                         field="body")
+    return body
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else {bool: "boolean", int: "integer", float: "number",
+                                         str: "string", list: "array", dict: "object"}.get(
+        type(value), type(value).__name__)
+
+
+def _invalid(field: str, value: Any, allowed: str) -> BadRequest:
+    shown = json.dumps(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return BadRequest(400, "invalid_argument", f"{field}: got {shown} ({_type_name(value)}); "
+                      f"must be {allowed}", field=field)
+
+
+def _check_fields(body: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    for name in body:
+        if name not in allowed:
+            raise BadRequest(400, "invalid_argument", f"{name}: unknown field; allowed: "
+                             f"{', '.join(allowed)}", field=name)
+
+
+def _optional_str(body: dict[str, Any], name: str, max_len: int) -> str | None:
+    value = body.get(name)
+    return None if value is None else _text(value, name, max_len=max_len)
+
+
+def _int(value: Any, name: str, *, minimum: int, maximum: int) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON Schema: 3.0 is an integer
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise _invalid(name, value, f"an integer from {minimum} to {maximum}")
+    return value
+
+
+def _text(value: Any, name: str, *, max_len: int) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= max_len:
+        raise _invalid(name, value, f"a string of 1 to {max_len} characters")
+    try:
+        value.encode()
+    except UnicodeEncodeError:  # a lone surrogate escape: valid JSON, not valid text for Redis
+        raise _invalid(name, value, "valid Unicode text (no unpaired surrogates)") from None
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueRequest:
+    type: str
+    payload: Any
+    idempotency_key: str | None
+    resource_key: str | None
+    max_attempts: int | None
+    delay_s: float
+
+    @classmethod
+    def parse(cls, body: dict[str, Any]) -> EnqueueRequest:
+        _check_fields(body, ("type", "payload", "idempotency_key", "resource_key", "max_attempts",
+                             "delay_seconds"))
+        if "type" not in body:
+            raise BadRequest(400, "invalid_argument", "type: missing; must be the job type "
+                             "(a non-empty string of at most 200 characters)", field="type")
+        job_type = _text(body["type"], "type", max_len=200)
+        max_attempts = body.get("max_attempts")
+        if max_attempts is not None:
+            max_attempts = _int(max_attempts, "max_attempts", minimum=1,
+                                maximum=openapi.MAX_ATTEMPTS_LIMIT)
+        delay = body.get("delay_seconds")
+        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float)
+                                  or not 0 <= delay <= openapi.MAX_DELAY_S or math.isnan(delay)):
+            raise _invalid("delay_seconds", delay,
+                           f"null or a number of seconds from 0 to {openapi.MAX_DELAY_S}")
+        return cls(type=job_type, payload=body.get("payload"),
+                   idempotency_key=_optional_str(body, "idempotency_key", 512),
+                   resource_key=_optional_str(body, "resource_key", 512),
+                   max_attempts=max_attempts, delay_s=float(delay or 0))
+
+
+# -- handlers ------------------------------------------------------------------------------------
+
+async def enqueue(request: web.Request) -> web.Response:
+    state = _state(request)
+    queue = state.queue(request.match_info["queue"])
+    job = EnqueueRequest.parse(await read_json_object(request))
+    with tracing.span("antre.enqueue", {"antre.queue": queue.name, "antre.job.type": job.type}):
+        try:
+            result = await queue.enqueue(
+                job.type, job.payload, idempotency_key=job.idempotency_key,
+                resource_key=job.resource_key, max_attempts=job.max_attempts, delay=job.delay_s,
+                headers=tracing.inject() or None)
+        except errors.PayloadTooLarge as exc:
+            raise BadRequest(413, "payload_too_large", str(exc), field="payload") from None
+        except errors.InvalidArgument as exc:
+            field = str(exc).split(":", 1)[0]
+            raise BadRequest(400, "invalid_argument", str(exc), field=field) from None
+    location = f"/v1/queues/{queue.name}/jobs/{result.job_id}"
+    if result.created:
+        state.enqueued.labels(queue.name, "created").inc()
+        status = "scheduled" if job.delay_s > 0 else "queued"
+        return web.json_response({"job_id": result.job_id, "status": status, "created": True},
+                                 status=202, headers={"Location": location})
+    state.enqueued.labels(queue.name, "existing").inc()
+    try:
+        existing: dict[str, Any] | None = (await queue.get(result.job_id)).to_dict()
+    except errors.JobNotFound:  # settled and expired between the two calls
+        existing = None
+    return web.json_response({"job_id": result.job_id, "created": False, "job": existing,
+                              "status": existing["status"] if existing else "unknown"},
+                             status=200, headers={"Location": location})
+
+
+async def get_job(request: web.Request) -> web.Response:
+    queue = _state(request).queue(request.match_info["queue"])
+    job_id = request.match_info["job_id"]
+    not_found = BadRequest(404, "not_found", f"job {job_id!r}: no such job in queue "
+                           f"{queue.name!r} (never existed, or its record expired)")
+    if len(job_id) > 128 or not job_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise not_found
+    try:
+        info = await queue.get(job_id)
+    except errors.JobNotFound:
+        raise not_found from None
+    return web.json_response(info.to_dict())
+
+
+def stats_dict(queue: str, depth: Depth) -> dict[str, Any]:
+    return {"queue": queue, "ready": depth.ready, "processing": depth.processing,
+            "expired_leases": depth.expired_leases, "scheduled": depth.scheduled,
+            "due": depth.due, "dead": depth.dead, "workers": depth.workers,
+            "backlog": depth.backlog, "oldest_ready_age_s": depth.oldest_ready_age_s,
+            "counters": depth.counters}
+
+
+async def get_stats(request: web.Request) -> web.Response:
+    queue = _state(request).queue(request.match_info["queue"])
+    return web.json_response(stats_dict(queue.name, await queue.stats()))
+
+
+def _query_int(request: web.Request, name: str, default: int, *, minimum: int,
+               maximum: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(400, "invalid_argument", f"{name}: got {raw!r}; must be an integer from "
+                         f"{minimum} to {maximum}", field=name) from None
+    if not minimum <= value <= maximum:
+        raise BadRequest(400, "invalid_argument", f"{name}: got {value}; must be an integer from "
+                         f"{minimum} to {maximum}", field=name)
+    return value
+
+
+async def list_dead(request: web.Request) -> web.Response:
+    queue = _state(request).queue(request.match_info["queue"])
+    limit = _query_int(request, "limit", 100, minimum=1, maximum=openapi.MAX_LIST_LIMIT)
+    offset = _query_int(request, "offset", 0, minimum=0, maximum=openapi.MAX_OFFSET)
+    jobs = await queue.dead_letters(limit=limit, offset=offset)
+    total = await queue.redis.llen(queue.keys.dead)
+    return web.json_response({"jobs": [job.to_dict() for job in jobs], "total": int(total),
+                              "limit": limit, "offset": offset})
+
+
+async def replay_dead(request: web.Request) -> web.Response:
+    queue = _state(request).queue(request.match_info["queue"])
+    body = await read_json_object(request)
+    _check_fields(body, ("ids", "all", "limit"))
+    limit = _int(body.get("limit", 1000), "limit", minimum=1, maximum=openapi.MAX_REPLAY_LIMIT)
+    if "ids" in body and "all" in body:
+        raise BadRequest(400, "invalid_argument", "ids: give either ids or all=true, not both",
+                         field="ids")
+    if "all" in body:
+        if body["all"] is not True:
+            raise _invalid("all", body["all"], "true (to replay the `limit` oldest dead jobs)")
+        replayed = await queue.replay(limit=limit)
+    elif "ids" in body:
+        ids = body["ids"]
+        if not isinstance(ids, list) or not 1 <= len(ids) <= openapi.MAX_REPLAY_IDS:
+            raise _invalid("ids", ids, f"a list of 1 to {openapi.MAX_REPLAY_IDS} job id strings")
+        ids = [_text(job_id, "ids", max_len=128) for job_id in ids]
+        replayed = await queue.replay(ids, limit=max(limit, len(ids)))
+    else:
+        raise BadRequest(400, "invalid_argument", "ids: missing; give a list of job ids, or "
+                         "all=true to replay the `limit` oldest dead jobs", field="ids")
+    return web.json_response({"replayed": replayed, "count": len(replayed)})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    state = _state(request)
+    await state.redis.ping()  # a failure becomes 503 in the error middleware
+    return web.json_response({"status": "ready"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    state = _state(request)
+    if state.settings.metrics_queues:
+        await state.depth.refresh([state.queue(name) for name in state.settings.metrics_queues])
+    body = generate_latest(state.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def openapi_document(request: web.Request) -> web.Response:
+    return web.json_response(request.app[OPENAPI_DOC])
+
+
+def create_app(redis_client: Any, *, queue_template: settings.QueueSettings | None = None,
+               api_settings: ApiSettings | None = None) -> web.Application:
+    """The application. ``queue_template`` gives prefix and limits for every queue (its name
+    is replaced by the one in the path)."""
+    api_settings = api_settings or ApiSettings()
+    app = web.Application(middlewares=[error_middleware, auth_middleware],
+                          client_max_size=api_settings.max_body_bytes)
+    app[APP_STATE] = ApiState(redis_client, queue_template or settings.QueueSettings(),
+                              api_settings)
+    app[OPENAPI_DOC] = openapi.document(version=__version__)
+    app.router.add_post("/v1/queues/{queue:[^/]+}/jobs", enqueue)
+    app.router.add_get("/v1/queues/{queue:[^/]+}/jobs/{job_id:[^/]+}", get_job)
+    app.router.add_get("/v1/queues/{queue:[^/]+}/stats", get_stats)
+    app.router.add_get("/v1/queues/{queue:[^/]+}/dead", list_dead)
+    app.router.add_post("/v1/queues/{queue:[^/]+}/dead/replay", replay_dead)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi_document)
+    return app
+
+
+# -- command -------------------------------------------------------------------------------------
+
+def _api_args(parser: argparse.ArgumentParser) -> None:
+    env = os.environ
+    parser.add_argument("--port", type=int, default=int(env.get("ANTRE_API_PORT") or DEFAULT_PORT),
+                        help="listen port (env ANTRE_API_PORT; default %(default)s)")
+    parser.add_argument("--host", default=env.get("ANTRE_API_HOST", "0.0.0.0"),
+                        help="listen address (env ANTRE_API_HOST; default %(default)s)")
+    parser.add_argument("--max-body-bytes", type=int,
+                        default=int(env.get("ANTRE_API_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES),
+                        help="largest request body (env ANTRE_API_MAX_BODY_BYTES; default "
+                             "%(default)s)")
+    parser.add_argument("--log-level", default=env.get("ANTRE_LOG_LEVEL", "INFO"))
+
+
+@cli.register("api", "serve the HTTP producer API (token from env ANTRE_API_TOKEN)")(_api_args)
+def run_api(args: argparse.Namespace) -> int:
+    logs.configure(args.log_level)
+    token = os.environ.get("ANTRE_API_TOKEN") or None
+    if token is None:
+        log.warning("ANTRE_API_TOKEN is not set: /v1/ is served without authentication")
+    if not 0 <= args.port <= 65535:
+        raise errors.InvalidArgument(f"--port: got {args.port}; must be from 0 to 65535")
+    api_settings = ApiSettings(token=token, max_body_bytes=args.max_body_bytes,
+                               metrics_queues=(args.queue,))
+    queue_template = settings.queue_settings_from_env(name=args.queue, prefix=args.prefix)
+    redis_client = connection.connect_async(args.redis_url)
+    app = create_app(redis_client, queue_template=queue_template, api_settings=api_settings)
+
+    async def close_redis(_app: web.Application) -> None:
+        await redis_client.aclose()
+
+    app.on_cleanup.append(close_redis)
+    log.info("api listening", extra={"host": args.host, "port": args.port,
+                                     "redis": connection.redact(args.redis_url)})
+    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
+    return 0
