@@ -307,6 +307,7 @@ def run_cancel(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import antre.api  # registers `api` (the noqa below covers the pair)
     import antre.demo  # noqa: F401  (registers `demo`)
     parser = argparse.ArgumentParser(prog="antre", description="antre: a reliable Redis job queue")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
