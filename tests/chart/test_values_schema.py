@@ -105,3 +105,25 @@ def test_every_value_is_documented_above_its_key() -> None:
         if path in settings and not lines[number - 1].strip().startswith("#"):
             undocumented.append(f"line {number + 1}: {path}")
     assert not undocumented, "\n".join(undocumented)
+
+
+def templates_text() -> str:
+    """All templates, with the chart's local aliases spelled out as .Values paths."""
+    text = "\n".join(p.read_text() for p in sorted((CHART_DIR / "templates").iterdir()))
+    for alias, path in (("$op.", ".Values.operator."), ("$redis.", ".Values.redis."),
+                        ("$spec", ".Values.exampleJobQueue.spec")):
+        text = text.replace(alias, path)
+    return text
+
+
+@pytest.mark.parametrize("path", [p for p, v in leaves(VALUES)
+                                  if not isinstance(v, dict) or not v or p in FREE_FORM])
+def test_every_value_is_used_by_a_template(path: str) -> None:
+    """A value no template reads is a lie in the docs (cert-manager's values linter)."""
+    text = templates_text()
+    if f".Values.{path}" in text:
+        return
+    parent, _, leaf = path.rpartition(".")
+    via_image_helper = (parent.endswith(".image") and leaf in {"repository", "tag", "digest"}
+                        and f'include "antre.image" (dict "image" .Values.{parent}' in text)
+    assert via_image_helper, f"no template reads .Values.{path}"
