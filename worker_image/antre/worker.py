@@ -128,6 +128,11 @@ class Worker:
             claimer.cancel()
             for task in background:
                 task.cancel()
+            # A task can swallow a cancellation that lands inside a redis-py call: ask again.
+            while not all(task.done() for task in (claimer, *background)):
+                await asyncio.wait([claimer, *background], timeout=0.2)
+                for task in background:
+                    task.cancel()
             await asyncio.gather(claimer, *background, return_exceptions=True)
             await self._unregister()
             self._executor.shutdown(wait=False, cancel_futures=True)
