@@ -7,6 +7,7 @@ Sample JobQueues live in ``operator_samples.py``; the kopf + kmock integration h
 from __future__ import annotations
 
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from antre_operator.settings import OperatorSettings
 from operator_samples import CRD_PATH
+from redis_servers import free_port
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -34,3 +37,46 @@ def crd() -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def crd_schema(crd: dict[str, Any]) -> dict[str, Any]:
     return dict(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+
+
+# -- integration: the emulator, the kubeconfig pointing at it, the operator in a thread -----------
+
+@pytest.fixture
+async def k8s() -> AsyncIterator[Any]:
+    from kmock import Server
+    from operator_emulation import Emulator, declare_resources
+
+    async with Emulator() as emulator, Server(emulator):
+        declare_resources(emulator)
+        yield emulator
+
+
+@pytest.fixture
+def kubeconfig(k8s: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    from operator_emulation import write_kubeconfig
+
+    path = write_kubeconfig(tmp_path / "kubeconfig", str(k8s.url).rstrip("/"))
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    return path
+
+
+@pytest.fixture
+def operator_settings() -> OperatorSettings:
+    # Cluster-wide: kmock cannot parse the cluster-scoped `/api/v1/namespaces` URL that kopf
+    # lists to follow namespace patterns.
+    return OperatorSettings(namespaces=(), metrics_port=free_port(),
+                            redis_timeout_s=1.0)
+
+
+@pytest.fixture
+async def operator(kubeconfig: Path, operator_settings: OperatorSettings,
+                   ) -> AsyncIterator[Any]:
+    from operator_emulation import OperatorThread
+
+    thread = OperatorThread(operator_settings)
+    await thread.start()
+    try:
+        yield thread
+    finally:
+        await thread.stop()

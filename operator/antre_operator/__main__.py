@@ -1,0 +1,90 @@
+"""``antre-operator``: run the JobQueue operator (kopf) for some namespaces or the whole cluster.
+
+    antre-operator [--namespace NS ... | --all-namespaces] [--standalone | --peering NAME]
+                   [--metrics-port N] [--liveness URL] [--verbose | --debug]
+
+Standalone (no peering) by default: one replica. With ``--peering NAME`` several replicas run
+and kopf's peering lets exactly one of them act (the kopf peering CRDs must be installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+import threading
+from collections.abc import Sequence
+
+import kopf
+
+from antre_operator import handlers, reconciling, settings
+
+__all__ = ["handlers", "main", "parse_args", "run"]
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="antre-operator", description=__doc__.split("\n")[0])
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", action="append", default=[], metavar="NS",
+                       help="serve JobQueues in this namespace (repeatable; globs allowed)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true",
+                       help="serve JobQueues in every namespace (the default without --namespace)")
+    peering = parser.add_mutually_exclusive_group()
+    peering.add_argument("--standalone", action="store_true",
+                         help="run without peering (the default): only one replica may run")
+    peering.add_argument("--peering", metavar="NAME",
+                         help="coordinate replicas through this kopf peering object")
+    parser.add_argument("--metrics-port", type=int, default=8000, metavar="N",
+                        help="serve Prometheus metrics on this port; 0 disables (default 8000)")
+    parser.add_argument("--liveness", metavar="URL",
+                        help="kopf's liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more")
+    parser.add_argument("--debug", action="store_true", help="log everything, kopf included")
+    args = parser.parse_args(argv)
+    if not 0 <= args.metrics_port <= 65535:
+        parser.error(f"--metrics-port: got {args.metrics_port}; must be between 0 and 65535")
+    return args
+
+
+def settings_from_args(args: argparse.Namespace) -> settings.OperatorSettings:
+    return settings.OperatorSettings.from_env(
+        namespaces=tuple(args.namespace),
+        peering=args.peering,
+        metrics_port=args.metrics_port or None,
+    )
+
+
+async def run(ours: settings.OperatorSettings, *, stop_flag: threading.Event | None = None,
+              ready_flag: threading.Event | None = None, liveness: str | None = None) -> None:
+    """Run the operator until ``stop_flag`` is set (or forever); the tests call this too."""
+    state = reconciling.OperatorState(settings=ours)
+    await kopf.operator(
+        clusterwide=not ours.namespaces,
+        namespaces=ours.namespaces,
+        standalone=ours.peering is None,
+        peering_name=ours.peering,
+        liveness_endpoint=liveness,
+        memo=kopf.Memo(state=state),
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    kopf.configure(verbose=args.verbose, debug=args.debug)
+    try:
+        ours = settings_from_args(args)
+    except ValueError as exc:
+        print(f"antre-operator: {exc}", file=sys.stderr)
+        return 2
+    logging.getLogger("antre_operator").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run(ours, liveness=args.liveness))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Measuring a queue: depth, the worker registry and the Redis eviction policy, via ``antre``.
+
+Only measurement happens here (KEDA's ``Scaler`` split); ``scaling.py`` decides. Every read goes
+through the ``antre`` package, so no key name is spelled twice; ``depth()`` is one round trip
+(one Lua script). Failures of any kind become :class:`RedisReadError` with the URL's password
+redacted, so the caller can keep the current replicas and report a condition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import antre
+import redis.exceptions
+from antre import connection, redis_checks
+
+from antre_operator import status
+
+T = TypeVar("T")
+
+
+class RedisReadError(Exception):
+    """Redis could not be read (unreachable, timed out, or answered with an error)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    numbers: status.QueueNumbers
+    in_flight: int
+    """Jobs being processed right now (the processing set)."""
+    workers: int
+
+
+class QueueReader:
+    """One Redis client for one JobQueue's queue; built per URL and closed when it changes."""
+
+    def __init__(self, url: str, *, queue: str, prefix: str, timeout_s: float) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self._client: Any = None
+        self._queue: antre.AsyncQueue | None = None
+        self._queue_name = queue
+        self._prefix = prefix
+
+    def matches(self, url: str, queue: str, prefix: str) -> bool:
+        return (self.url, self._queue_name, self._prefix) == (url, queue, prefix)
+
+    def _ensure(self) -> antre.AsyncQueue:
+        if self._queue is None:
+            try:
+                self._client = connection.connect_async(self.url)
+            except antre.InvalidArgument as exc:
+                raise RedisReadError(str(exc)) from None
+            self._queue = antre.AsyncQueue(self._client, self._queue_name, prefix=self._prefix)
+        return self._queue
+
+    async def _call(self, awaitable: Awaitable[T]) -> T:
+        try:
+            return await asyncio.wait_for(awaitable, timeout=self.timeout_s)
+        except TimeoutError:
+            raise RedisReadError(
+                f"no answer from {connection.redact(self.url)} within {self.timeout_s:g}s"
+            ) from None
+        except (antre.AntreError, redis.exceptions.RedisError, OSError) as exc:
+            raise RedisReadError(f"{connection.redact(self.url)}: {exc}") from None
+
+    async def read(self) -> Reading:
+        """Depth in one round trip."""
+        queue = self._ensure()
+        depth = await self._call(queue.depth())
+        numbers = status.QueueNumbers(
+            ready=depth.ready, due=depth.due, scheduled=depth.scheduled,
+            processing=depth.processing, dead=depth.dead,
+            oldest_ready_age_s=depth.oldest_ready_age_s)
+        return Reading(numbers=numbers, in_flight=depth.processing, workers=depth.workers)
+
+    async def jobs_in_flight_by_pod(self) -> dict[str, int]:
+        """Jobs in flight per pod name, from the live worker registry (one round trip)."""
+        queue = self._ensure()
+        by_pod: dict[str, int] = {}
+        for entry in await self._call(queue.workers()):
+            by_pod[entry.pod] = by_pod.get(entry.pod, 0) + max(entry.in_flight, 0)
+        return by_pod
+
+    async def eviction_warning(self) -> str | None:
+        self._ensure()
+        return await self._call(redis_checks.eviction_policy_warning(self._client))
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client, self._queue = self._client, None, None
+            # Closing a broken connection may fail; there is nothing left to do about it.
+            with contextlib.suppress(Exception):
+                await client.aclose()

@@ -1,0 +1,165 @@
+"""The kopf handlers: thin wiring of watch events to the per-JobQueue reconcile loops.
+
+* one daemon per JobQueue runs ``reconciling.Reconciler.step()`` every polling interval;
+* JobQueue events wake that loop early when the spec changed (not on our own status writes);
+* child events (Deployments, CronJobs, Services labelled as ours) refresh the shared cache and
+  wake the owner's loop when a child was deleted or edited away from what we applied;
+* startup configures kopf and opens the API client and the metrics endpoint; cleanup closes them.
+
+Importing this module registers the handlers in kopf's default registry (``__main__`` does it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import kopf
+import kubernetes
+
+from antre_operator import kube, reconciling, rendering, settings
+
+logger = logging.getLogger(__name__)
+
+JOBQUEUES = (settings.GROUP, settings.VERSION, settings.PLURAL)
+OURS = {settings.LABEL_MANAGED_BY: settings.MANAGED_BY}
+CHILD_RESOURCES = {
+    "Deployment": ("apps", "v1", "deployments"),
+    "CronJob": ("batch", "v1", "cronjobs"),
+    "Service": ("", "v1", "services"),
+}
+
+
+def _state(memo: Any) -> reconciling.OperatorState:
+    state = memo["state"]
+    assert isinstance(state, reconciling.OperatorState), "__main__ puts the state in kopf's memo"
+    return state
+
+
+def configure_kopf(kopf_settings: kopf.OperatorSettings, ours: settings.OperatorSettings) -> None:
+    """The kopf settings this operator relies on (see docs/operator.md)."""
+    # Our own finalizer and annotations, never status.kopf: the CRD schema is structural and
+    # would prune unknown status fields.
+    kopf_settings.persistence.finalizer = "antre.dev/operator"
+    kopf_settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="antre.dev")
+    kopf_settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="antre.dev", key="last-handled-configuration")
+    # Events: ours are posted explicitly on transitions; kopf posts its own handler failures.
+    kopf_settings.posting.enabled = True
+    kopf_settings.posting.level = logging.WARNING
+    # A watch that goes silent (a dead TCP connection) is re-established within these bounds.
+    kopf_settings.watching.server_timeout = ours.watch_server_timeout_s
+    kopf_settings.watching.client_timeout = ours.watch_client_timeout_s
+    kopf_settings.watching.connect_timeout = 30
+    kopf_settings.networking.request_timeout = 60
+    kopf_settings.networking.connect_timeout = 10
+    # Peering (when --peering is given): replicas keep alive often enough to fail over quickly.
+    kopf_settings.peering.lifetime = 60
+    kopf_settings.peering.stealth = True
+
+
+@kopf.on.login()
+def login(**_: Any) -> kopf.ConnectionInfo:
+    """The same credentials as ``kube.py`` uses: in-cluster, else KUBECONFIG (read at login)."""
+    try:
+        config = kube.load_configuration()
+    except kubernetes.config.ConfigException as exc:
+        raise kopf.PermanentError(f"no Kubernetes credentials: {exc}") from None
+    token = config.get_api_key_with_prefix("authorization") or ""
+    return kopf.ConnectionInfo(
+        server=config.host,
+        ca_path=config.ssl_ca_cert,
+        insecure=not config.verify_ssl,
+        token=token.removeprefix("Bearer ") or None,
+        certificate_path=config.cert_file,
+        private_key_path=config.key_file,
+    )
+
+
+@kopf.on.startup()
+async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    state = _state(memo)
+    configure_kopf(settings, state.settings)
+    try:
+        state.kube = kube.KubeClient(timeout_s=state.settings.api_request_timeout_s)
+    except kubernetes.config.ConfigException as exc:
+        raise kopf.PermanentError(f"no Kubernetes credentials: {exc}") from None
+    if state.settings.metrics_port:
+        state.metrics.serve(state.settings.metrics_port)
+
+
+@kopf.on.cleanup()
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    state = _state(memo)
+    if state.kube is not None:
+        await state.kube.close()
+    state.metrics.stop()
+
+
+@kopf.daemon(*JOBQUEUES, cancellation_timeout=10.0)
+async def serve_jobqueue(body: kopf.Body, namespace: str, name: str, memo: kopf.Memo,
+                         **_: Any) -> None:
+    """The reconcile loop of one JobQueue; kopf starts it on create/resume, cancels on delete."""
+    state = _state(memo)
+    reconciler = reconciling.Reconciler(state, namespace=namespace, name=name)
+    wakeup = state.wakeup(namespace, name)
+    try:
+        while True:
+            try:
+                interval = await reconciler.step(body)
+            except Exception:  # one bad step must neither kill the loop nor touch other queues
+                logger.exception("%s/%s: reconcile failed", namespace, name)
+                state.metrics.errors.labels(namespace, name, "Unexpected").inc()
+                interval = 10.0
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wakeup.wait(), timeout=interval)
+            wakeup.clear()
+    finally:
+        await reconciler.close()
+        state.forget(namespace, name)
+
+
+@kopf.on.event(*JOBQUEUES)
+async def jobqueue_changed(event: kopf.RawEvent, body: kopf.Body, namespace: str, name: str,
+                     memo: kopf.Memo, **_: Any) -> None:
+    """Wake the loop when the spec changed; our own status writes change nothing here."""
+    if event.get("type") in ("ADDED", "MODIFIED", None):
+        state = _state(memo)
+        if state.spec_changed(namespace, name, body.get("spec")):
+            state.wakeup(namespace, name).set()
+
+
+def _child_changed(kind: str, event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo) -> None:
+    state = _state(memo)
+    meta = body.get("metadata") or {}
+    key: reconciling.ChildKey = (kind, meta.get("namespace", ""), meta.get("name", ""))
+    deleted = event.get("type") == "DELETED"
+    state.remember_child(key, None if deleted else dict(body))
+    desired = state.desired.get(key)
+    owner = (meta.get("labels") or {}).get(settings.LABEL_JOBQUEUE)
+    if desired is None or owner is None:
+        return
+    if deleted or rendering.drifted(desired, body):
+        state.wakeup(key[1], owner).set()
+
+
+# Handlers are async: they touch asyncio.Events, which are not thread-safe (kopf runs sync ones
+# in a thread pool).
+@kopf.on.event(*CHILD_RESOURCES["Deployment"], labels=OURS)
+async def deployment_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo,
+                             **_: Any) -> None:
+    _child_changed("Deployment", event, body, memo)
+
+
+@kopf.on.event(*CHILD_RESOURCES["CronJob"], labels=OURS)
+async def cronjob_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo,
+                          **_: Any) -> None:
+    _child_changed("CronJob", event, body, memo)
+
+
+@kopf.on.event(*CHILD_RESOURCES["Service"], labels=OURS)
+async def service_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo,
+                          **_: Any) -> None:
+    _child_changed("Service", event, body, memo)

@@ -1,0 +1,192 @@
+"""The only module that calls the Kubernetes API (kopf's own watching and events aside).
+
+A small dict-in, dict-out aiohttp client that borrows the official ``kubernetes`` package's
+configuration loading (in-cluster service account, else kubeconfig, with token refresh).
+On top: :func:`KubeClient.apply`, which creates a missing child, merge-patches a drifted one,
+and writes nothing when the live object already matches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import ssl
+from collections.abc import Mapping
+from typing import Any, Final
+
+import aiohttp
+import kubernetes
+
+from antre_operator import rendering, settings
+
+logger = logging.getLogger(__name__)
+
+#: kind -> (API prefix, plural) of everything the operator touches.
+RESOURCES: Final[Mapping[str, tuple[str, str]]] = {
+    "Deployment": ("/apis/apps/v1", "deployments"),
+    "CronJob": ("/apis/batch/v1", "cronjobs"),
+    "Service": ("/api/v1", "services"),
+    "Pod": ("/api/v1", "pods"),
+    "Secret": ("/api/v1", "secrets"),
+    settings.KIND: (f"/apis/{settings.GROUP}/{settings.VERSION}", settings.PLURAL),
+}
+MERGE_PATCH: Final = "application/merge-patch+json"
+
+
+class KubeError(Exception):
+    """The API answered with an error status (other than the ones callers expect)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+
+
+class Conflict(KubeError):
+    """409: the object already exists (create) or changed meanwhile."""
+
+
+def path_of(kind: str, namespace: str, name: str | None = None, subresource: str | None = None,
+            ) -> str:
+    prefix, plural = RESOURCES[kind]
+    path = f"{prefix}/namespaces/{namespace}/{plural}"
+    if name is not None:
+        path += f"/{name}"
+    if subresource is not None:
+        path += f"/{subresource}"
+    return path
+
+
+def patch_body(desired: Any) -> Any:
+    """A JSON merge patch that makes the live object match ``desired`` in what we render:
+    empty desired values become null, so a field dropped from the spec is removed."""
+    if isinstance(desired, Mapping):
+        return {k: (None if v in (None, {}, []) else patch_body(v)) for k, v in desired.items()}
+    return desired
+
+
+def load_configuration() -> kubernetes.client.Configuration:
+    """In-cluster service account credentials, else the kubeconfig (KUBECONFIG or ~/.kube)."""
+    configuration = kubernetes.client.Configuration()
+    try:
+        kubernetes.config.load_incluster_config(client_configuration=configuration)
+    except kubernetes.config.ConfigException:
+        # The package reads KUBECONFIG once at import; read it now, as kubectl would.
+        kubernetes.config.load_kube_config(config_file=os.environ.get("KUBECONFIG"),
+                                           client_configuration=configuration)
+    return configuration
+
+
+def _ssl_context(configuration: kubernetes.client.Configuration) -> ssl.SSLContext | bool:
+    if not configuration.host.startswith("https://"):
+        return False
+    if not configuration.verify_ssl:
+        return False
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, configuration.key_file)
+    return context
+
+
+class KubeClient:
+    """Async HTTP to the API server with the ``kubernetes`` package's credentials; dicts in/out.
+
+    Create it inside the running event loop (kopf's startup handler) and ``close()`` it at
+    cleanup.
+    """
+
+    def __init__(self, *, timeout_s: float,
+                 configuration: kubernetes.client.Configuration | None = None) -> None:
+        self._config = configuration or load_configuration()
+        self._ssl = _ssl_context(self._config)
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+            headers={"Accept": "application/json", "User-Agent": "antre-operator"})
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    def _auth_headers(self) -> dict[str, str]:
+        # Calls the refresh hook of exec/in-cluster credentials, so rotated tokens are used.
+        token = self._config.get_api_key_with_prefix("authorization")
+        return {"Authorization": token} if token else {}
+
+    async def request(self, method: str, path: str, *, body: Any = None,
+                      query: Mapping[str, str] | None = None,
+                      content_type: str = "application/json") -> Any:
+        headers = self._auth_headers()
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            data = json.dumps(body)
+        url = self._config.host.rstrip("/") + path
+        async with self._session.request(method, url, data=data, params=query, headers=headers,
+                                         ssl=self._ssl) as response:
+            text = await response.text()
+            if response.status >= 400:
+                try:
+                    message = json.loads(text).get("message") or response.reason
+                except (ValueError, AttributeError):
+                    message = response.reason or text[:200]
+                cls = Conflict if response.status == 409 else KubeError
+                raise cls(response.status, str(message))
+            return json.loads(text) if text else None
+
+    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(await self.request("GET", path_of(kind, namespace, name)))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        meta = manifest["metadata"]
+        return dict(await self.request("POST", path_of(manifest["kind"], meta["namespace"]),
+                                       body=dict(manifest)))
+
+    async def patch(self, kind: str, namespace: str, name: str, body: Mapping[str, Any], *,
+                    subresource: str | None = None) -> dict[str, Any]:
+        return dict(await self.request("PATCH", path_of(kind, namespace, name, subresource),
+                                       body=dict(body), content_type=MERGE_PATCH))
+
+    async def delete(self, kind: str, namespace: str, name: str) -> bool:
+        try:
+            await self.request("DELETE", path_of(kind, namespace, name),
+                               body={"propagationPolicy": "Background"})
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    async def list(self, kind: str, namespace: str, *,
+                   labels: Mapping[str, str]) -> list[dict[str, Any]]:
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        result = await self.request("GET", path_of(kind, namespace),
+                                    query={"labelSelector": selector})
+        items = (result or {}).get("items") or []
+        # Filter here too: the selector is only a request, and the result must be exact.
+        return [dict(item) for item in items
+                if all((item.get("metadata", {}).get("labels") or {}).get(k) == v
+                       for k, v in labels.items())]
+
+    async def apply(self, desired: Mapping[str, Any],
+                    live: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
+        """Make one child match ``desired``: returns (action, the object as now stored).
+
+        ``action`` is "created", "patched" or "unchanged"; ``live`` is the caller's last view
+        (None: believed missing). A create that meets an existing object re-reads and patches.
+        """
+        meta = desired["metadata"]
+        kind, namespace, name = desired["kind"], meta["namespace"], meta["name"]
+        if live is None:
+            try:
+                return "created", await self.create(desired)
+            except Conflict:
+                live = await self.get(kind, namespace, name)
+                if live is None:
+                    raise
+        if not rendering.drifted(desired, live):
+            return "unchanged", dict(live)
+        return "patched", await self.patch(kind, namespace, name, patch_body(desired))

@@ -1,0 +1,425 @@
+"""One JobQueue's reconcile loop: read -> decide -> apply, one ``step()`` per polling interval.
+
+``handlers.py`` runs a :class:`Reconciler` per JobQueue inside a kopf daemon and wakes it early
+when the spec changes or a child is edited or deleted. Each step:
+
+1. parses the spec (``spec.py``); a bad spec gives a condition and an Event, nothing else;
+2. reads the queue's depth in ONE Redis round trip (``backlog.py``);
+3. decides the worker replicas (``scaling.py``, or spec.replicas when autoscaling is off); on a
+   Redis error it keeps the current replicas;
+4. before lowering replicas, marks idle pods cheapest to delete (pod-deletion-cost);
+5. applies the children (``rendering.py`` + ``kube.py``), writing only what drifted;
+6. patches the status only when it changed (``status.py``).
+
+So a JobQueue whose numbers do not move causes no Kubernetes writes. Errors of one JobQueue stay
+in its own status and Events; other JobQueues have their own loops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import dataclasses
+import datetime
+import json
+import logging
+import math
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+import kopf
+
+from antre_operator import backlog, kube, metrics, rendering, scaling, settings, spec, status
+
+logger = logging.getLogger(__name__)
+
+ChildKey = tuple[str, str, str]
+"""(kind, namespace, name) of a child object."""
+
+_MISSING: Final[Any] = object()
+#: How long a Redis URL read from a Secret is trusted before it is read again (rotation).
+SECRET_REFRESH_S: Final = 300.0
+#: Next step after a spec the operator cannot use: a fix of the spec wakes the loop anyway.
+INVALID_SPEC_RETRY_S: Final = 60.0
+
+
+def _resource_version(body: Mapping[str, Any] | None) -> int | None:
+    try:
+        return int((body or {}).get("metadata", {}).get("resourceVersion"))
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclasses.dataclass
+class OperatorState:
+    """Shared by every handler of one operator process (through kopf's memo)."""
+
+    settings: settings.OperatorSettings
+    metrics: metrics.Metrics = dataclasses.field(default_factory=metrics.Metrics)
+    kube: kube.KubeClient | None = None
+    children: dict[ChildKey, dict[str, Any] | None] = dataclasses.field(default_factory=dict)
+    """Last seen body of each child (None: known to be absent), from watches and our writes."""
+    desired: dict[ChildKey, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    """What the operator last applied per child, to tell a hand edit from our own write."""
+    spec_fingerprints: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
+    wakeups: dict[tuple[str, str], asyncio.Event] = dataclasses.field(default_factory=dict)
+
+    def wakeup(self, namespace: str, name: str) -> asyncio.Event:
+        return self.wakeups.setdefault((namespace, name), asyncio.Event())
+
+    def remember_child(self, key: ChildKey, body: Mapping[str, Any] | None) -> None:
+        """Keep the newest view: a late watch event must not overwrite a fresher API answer."""
+        old = self.children.get(key)
+        new_rv, old_rv = _resource_version(body), _resource_version(old)
+        if body is not None and new_rv is not None and old_rv is not None and new_rv < old_rv:
+            return
+        self.children[key] = None if body is None else json.loads(json.dumps(body))
+
+    def spec_changed(self, namespace: str, name: str, spec_body: Any) -> bool:
+        fingerprint = json.dumps(spec_body, sort_keys=True, default=str)
+        changed = self.spec_fingerprints.get((namespace, name)) != fingerprint
+        self.spec_fingerprints[(namespace, name)] = fingerprint
+        return changed
+
+    def forget(self, namespace: str, name: str) -> None:
+        self.metrics.forget(namespace, name)
+        self.wakeups.pop((namespace, name), None)
+        self.spec_fingerprints.pop((namespace, name), None)
+        for key in [k for k, v in self.desired.items()
+                    if k[1] == namespace
+                    and v["metadata"]["labels"].get(settings.LABEL_JOBQUEUE) == name]:
+            del self.desired[key]
+
+
+def _now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclasses.dataclass
+class _Decision:
+    replicas: int
+    reason: str
+    note: str | None = None
+    """Why the autoscaler is limited or paused, for the Scaling condition."""
+
+
+class Reconciler:
+    """The state one JobQueue's loop keeps between steps (all of it rebuildable on restart)."""
+
+    def __init__(self, state: OperatorState, *, namespace: str, name: str) -> None:
+        self.state = state
+        self.namespace = namespace
+        self.name = name
+        self.memory = scaling.ScalerMemory()
+        self.reader: backlog.QueueReader | None = None
+        self.last_status: dict[str, Any] | None = None
+        self.numbers: status.QueueNumbers | None = None
+        self.last_scale_time: str | None = None
+        self.eviction_warning: str | None = None
+        self.eviction_checked_at: float | None = None
+        self._secret_url: tuple[spec.SecretKeyRef, str, float] | None = None
+        self._reported: dict[str, str] = {}
+
+    @property
+    def kube(self) -> kube.KubeClient:
+        assert self.state.kube is not None, "the startup handler creates the client"
+        return self.state.kube
+
+    # -- events, only on transitions -------------------------------------------------------------
+
+    def _report(self, body: Any, topic: str, *, reason: str, message: str) -> None:
+        """A Warning Event the first time a problem (or a new message for it) shows up."""
+        if self._reported.get(topic) != message:
+            self._reported[topic] = message
+            logger.warning("%s/%s: %s: %s", self.namespace, self.name, reason, message)
+            kopf.event(body, type="Warning", reason=reason, message=message)
+
+    def _resolve(self, body: Any, topic: str, *, reason: str, message: str) -> None:
+        """A Normal Event when a reported problem is gone."""
+        if self._reported.pop(topic, None) is not None:
+            kopf.event(body, type="Normal", reason=reason, message=message)
+
+    # -- the step ----------------------------------------------------------------------------------
+
+    async def step(self, body: Any) -> float:
+        """One reconcile; returns the seconds until the next one."""
+        meta = body.get("metadata") or {}
+        generation = meta.get("generation")
+        try:
+            jq = spec.parse_jobqueue(name=self.name, namespace=self.namespace,
+                                     spec=body.get("spec") or {})
+            rendering.check_name(jq.name)
+        except spec.InvalidSpec as exc:
+            self.state.metrics.errors.labels(self.namespace, self.name, "InvalidSpec").inc()
+            self._report(body, "spec", reason="InvalidSpec", message=str(exc))
+            problem = status.Problem("InvalidSpec", str(exc))
+            await self._write_status(body, status.Observation(generation=generation,
+                                                              problem=problem))
+            return INVALID_SPEC_RETRY_S
+        self._resolve(body, "spec", reason="SpecValid", message="the spec is valid again")
+        interval = float(self.state.settings.polling_interval_override_s
+                         or jq.autoscaling.polling_interval_s)
+
+        url, problem = await self._redis_url(jq)
+        if problem is not None:
+            self.state.metrics.errors.labels(self.namespace, self.name, problem.reason).inc()
+            self._report(body, "config", reason=problem.reason, message=problem.message)
+        else:
+            self._resolve(body, "config", reason="ConfigResolved",
+                          message="the Redis URL is readable again")
+        reading, redis_error = await self._read(body, jq, url)
+
+        current = self._current_replicas(jq)
+        decision = self._decide(jq, reading, current, error=problem is not None or
+                                redis_error is not None)
+        if current is not None and decision.replicas < current:
+            marked = await self._prefer_idle_pods(jq)
+            if not marked and jq.autoscaling.enabled:
+                decision = _Decision(current, "steady", "waiting to learn which pods are idle")
+
+        applied: int | None = decision.replicas
+        try:
+            await self._apply_children(body, jq, meta.get("uid", ""), decision.replicas)
+        except kube.KubeError as exc:
+            applied = None
+            problem = problem or status.Problem("ApplyFailed", f"applying the children: {exc}")
+            self.state.metrics.errors.labels(self.namespace, self.name, "ApplyFailed").inc()
+            self._report(body, "apply", reason="ApplyFailed", message=str(exc))
+        else:
+            self._resolve(body, "apply", reason="Applied", message="the children are applied")
+            if current is not None and decision.replicas != current:
+                self._scaled(body, current, decision)
+
+        self._export(jq, reading, current, decision.replicas)
+        observation = status.Observation(
+            generation=generation, problem=problem, redis_error=redis_error,
+            eviction_warning=self.eviction_warning,
+            eviction_checked=self.eviction_checked_at is not None, numbers=self.numbers,
+            autoscaling=jq.autoscaling.enabled, replicas=applied,
+            ready_replicas=self._ready_replicas(jq), desired_replicas=decision.replicas,
+            scaling_note=decision.note, selector=rendering.worker_selector(jq.name),
+            last_scale_time=self.last_scale_time)
+        await self._write_status(body, observation)
+        return interval
+
+    async def close(self) -> None:
+        if self.reader is not None:
+            await self.reader.close()
+            self.reader = None
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    async def _redis_url(self, jq: spec.JobQueueSpec) -> tuple[str | None, status.Problem | None]:
+        if jq.redis.url is not None:
+            return jq.redis.url, None
+        ref = jq.redis.url_secret
+        assert ref is not None
+        now = time.monotonic()
+        if (self._secret_url is not None and self._secret_url[0] == ref
+                and now - self._secret_url[2] < SECRET_REFRESH_S):
+            return self._secret_url[1], None
+        where = f"spec.redis.urlSecretRef: Secret {self.namespace}/{ref.name}"
+        try:
+            secret = await self.kube.get("Secret", self.namespace, ref.name)
+        except kube.KubeError as exc:
+            return None, status.Problem("SecretUnreadable", f"{where} cannot be read: {exc}")
+        if secret is None:
+            return None, status.Problem(
+                "SecretNotFound", f"{where} not found; create it with the Redis URL under key "
+                                  f"{ref.key!r}")
+        encoded = (secret.get("data") or {}).get(ref.key)
+        if encoded is None:
+            keys = sorted(secret.get("data") or {})
+            return None, status.Problem("SecretKeyNotFound",
+                                        f"{where} has no key {ref.key!r}; it has {keys}")
+        try:
+            url = base64.b64decode(encoded, validate=True).decode().strip()
+            spec.check_redis_url(url, field="url", tls=jq.redis.tls)
+        except (binascii.Error, UnicodeDecodeError):
+            return None, status.Problem("InvalidRedisUrl",
+                                        f"{where} key {ref.key!r} is not valid base64 text")
+        except spec.InvalidSpec as exc:
+            # Never echo the value: it may hold a password.
+            return None, status.Problem("InvalidRedisUrl",
+                                        f"{where} key {ref.key!r}: the URL {exc.allowed}")
+        self._secret_url = (ref, url, now)
+        return url, None
+
+    async def _read(self, body: Any, jq: spec.JobQueueSpec,
+                    url: str | None) -> tuple[backlog.Reading | None, str | None]:
+        if url is None:
+            return None, None
+        if self.reader is None or not self.reader.matches(url, jq.redis.queue, jq.redis.prefix):
+            await self.close()
+            self.reader = backlog.QueueReader(url, queue=jq.redis.queue, prefix=jq.redis.prefix,
+                                              timeout_s=self.state.settings.redis_timeout_s)
+            self.eviction_checked_at = None
+        try:
+            reading = await self.reader.read()
+            await self._check_eviction(body)
+        except backlog.RedisReadError as exc:
+            self._secret_url = None  # the Secret may have been rotated: read it again next time
+            self.state.metrics.errors.labels(self.namespace, self.name, "RedisUnreachable").inc()
+            self._report(body, "redis", reason="RedisUnreachable",
+                         message=f"{exc}; keeping the current replicas")
+            return None, str(exc)
+        self._resolve(body, "redis", reason="RedisReachable", message="Redis answers again")
+        self.numbers = reading.numbers
+        return reading, None
+
+    async def _check_eviction(self, body: Any) -> None:
+        """maxmemory-policy, at connect and then every eviction_check_interval_s (not per poll)."""
+        now = time.monotonic()
+        if (self.eviction_checked_at is not None
+                and now - self.eviction_checked_at < self.state.settings.eviction_check_interval_s):
+            return
+        assert self.reader is not None
+        self.eviction_warning = await self.reader.eviction_warning()
+        self.eviction_checked_at = now
+        if self.eviction_warning is not None:
+            self._report(body, "eviction", reason="RedisEvictionPolicy",
+                         message=self.eviction_warning)
+        else:
+            self._resolve(body, "eviction", reason="RedisNoEviction",
+                          message="maxmemory-policy is noeviction")
+
+    # -- deciding ----------------------------------------------------------------------------------
+
+    def _worker_key(self, jq: spec.JobQueueSpec) -> ChildKey:
+        return ("Deployment", self.namespace, rendering.worker_name(jq.name))
+
+    def _current_replicas(self, jq: spec.JobQueueSpec) -> int | None:
+        live = self.state.children.get(self._worker_key(jq))
+        if not live:
+            return None
+        replicas = (live.get("spec") or {}).get("replicas")
+        return replicas if isinstance(replicas, int) else 1
+
+    def _ready_replicas(self, jq: spec.JobQueueSpec) -> int:
+        live = self.state.children.get(self._worker_key(jq)) or {}
+        ready = (live.get("status") or {}).get("readyReplicas")
+        return ready if isinstance(ready, int) else 0
+
+    def _decide(self, jq: spec.JobQueueSpec, reading: backlog.Reading | None,
+                current: int | None, *, error: bool) -> _Decision:
+        policy = jq.autoscaling
+        if not policy.enabled:
+            return _Decision(jq.replicas, f"spec.replicas is {jq.replicas}")
+        if reading is None or error:
+            # Never scale on an error: keep what runs (or start at the floor if nothing does).
+            keep = current if current is not None else policy.min_replicas
+            return _Decision(keep, "steady", "paused: the queue could not be read")
+        decision = scaling.decide_replicas(
+            backlog=reading.numbers.backlog, in_flight=reading.in_flight, current=current or 0,
+            policy=policy, memory=self.memory, now_s=time.monotonic())
+        self.memory = decision.memory
+        note = None
+        wanted = math.ceil(reading.numbers.backlog / policy.target_backlog_per_replica)
+        if wanted > policy.max_replicas:
+            note = (f"limited by maxReplicas {policy.max_replicas}: the backlog would need "
+                    f"{wanted}")
+        elif policy.max_scale_up_step is not None and decision.replicas < decision.recommended:
+            note = f"scaling up by at most {policy.max_scale_up_step} per poll"
+        return _Decision(decision.replicas, decision.reason, note)
+
+    # -- applying ----------------------------------------------------------------------------------
+
+    async def _prefer_idle_pods(self, jq: spec.JobQueueSpec) -> bool:
+        """Set pod-deletion-cost = jobs in flight on every worker pod, so idle pods go first.
+
+        Returns False when the registry could not be read: the caller then holds the scale-down.
+        """
+        if self.reader is None:
+            return False
+        try:
+            in_flight = await self.reader.jobs_in_flight_by_pod()
+        except backlog.RedisReadError as exc:
+            logger.warning("%s/%s: worker registry unreadable: %s", self.namespace, self.name, exc)
+            return False
+        try:
+            pods = await self.kube.list("Pod", self.namespace,
+                                        labels=rendering.selector_labels(jq.name, "worker"))
+            for pod in pods:
+                meta = pod.get("metadata") or {}
+                if meta.get("deletionTimestamp"):
+                    continue
+                cost = str(in_flight.get(meta.get("name", ""), 0))
+                if (meta.get("annotations") or {}).get(settings.POD_DELETION_COST) != cost:
+                    await self.kube.patch("Pod", self.namespace, meta["name"], {
+                        "metadata": {"annotations": {settings.POD_DELETION_COST: cost}}})
+        except kube.KubeError as exc:
+            logger.warning("%s/%s: cannot annotate worker pods: %s", self.namespace, self.name, exc)
+            return False
+        return True
+
+    async def _observed(self, key: ChildKey) -> dict[str, Any] | None:
+        live = self.state.children.get(key, _MISSING)
+        if live is _MISSING:
+            live = await self.kube.get(*key)
+            self.state.remember_child(key, live)
+        return live  # type: ignore[no-any-return]
+
+    async def _apply_children(self, body: Any, jq: spec.JobQueueSpec, uid: str,
+                              replicas: int) -> None:
+        children = rendering.render_children(jq, uid, replicas=replicas)
+        for manifest in children.present:
+            key: ChildKey = (manifest["kind"], self.namespace, manifest["metadata"]["name"])
+            live = await self._observed(key)
+            before = self.state.desired.get(key)
+            action, stored = await self.kube.apply(manifest, live)
+            self.state.remember_child(key, stored)
+            self.state.desired[key] = manifest
+            if before is not None and (action == "created" or
+                                       (action == "patched" and before == manifest)):
+                # We had applied exactly this before: someone deleted or edited it by hand.
+                kopf.event(body, type="Normal", reason="Repaired",
+                           message=f"{action} {key[0]} {key[2]} to match the JobQueue")
+        for kind, name in children.absent:
+            key = (kind, self.namespace, name)
+            self.state.desired.pop(key, None)
+            if await self._observed(key) is not None:
+                await self.kube.delete(kind, self.namespace, name)
+                self.state.remember_child(key, None)
+
+    def _scaled(self, body: Any, current: int, decision: _Decision) -> None:
+        message = f"Scaled workers {current} -> {decision.replicas}: {decision.reason}"
+        logger.info("%s/%s: %s", self.namespace, self.name, message)
+        kopf.event(body, type="Normal", reason="Scaled", message=message)
+        self.last_scale_time = _now_iso()
+        direction = "up" if decision.replicas > current else "down"
+        self.state.metrics.scales.labels(self.namespace, self.name, direction).inc()
+
+    def _export(self, jq: spec.JobQueueSpec, reading: backlog.Reading | None,
+                current: int | None, desired: int) -> None:
+        labels = (self.namespace, self.name)
+        m = self.state.metrics
+        m.desired.labels(*labels).set(desired)
+        m.current.labels(*labels).set(current if current is not None else 0)
+        m.redis_up.labels(*labels).set(1 if reading is not None else 0)
+        if reading is not None:
+            n = reading.numbers
+            m.backlog.labels(*labels).set(n.backlog)
+            m.processing.labels(*labels).set(n.processing)
+            m.dead.labels(*labels).set(n.dead)
+            m.oldest_age.labels(*labels).set(n.oldest_ready_age_s or 0)
+
+    async def _write_status(self, body: Any, observation: status.Observation) -> None:
+        previous = self.last_status
+        if previous is None:
+            previous = json.loads(json.dumps(dict(body.get("status") or {}), default=str))
+        new = status.render_status(observation, previous=previous, now=_now_iso())
+        patch = status.status_patch(new, previous)
+        if patch is None:
+            self.last_status = new
+            return
+        try:
+            await self.kube.patch(settings.KIND, self.namespace, self.name, {"status": patch},
+                                  subresource="status")
+        except kube.KubeError as exc:
+            if exc.status != 404:  # 404: the JobQueue is being deleted
+                self.state.metrics.errors.labels(self.namespace, self.name, "StatusFailed").inc()
+                logger.warning("%s/%s: status not written: %s", self.namespace, self.name, exc)
+            return
+        self.last_status = new

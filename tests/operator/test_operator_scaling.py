@@ -1,0 +1,78 @@
+"""The autoscaler end to end: kopf + emulated API + a real Redis.
+
+Aspects: 500 jobs raise the replicas within two polling intervals (with a Scaled event); a
+drained queue scales down only after the stabilization window and reaches zero only after the
+cooldown; spec.replicas (what `kubectl scale` sets through /scale) drives the workers when
+autoscaling is off; the metrics endpoint reports the numbers.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from typing import Any
+
+import antre
+import redis
+from operator_emulation import condition, create, eventually, jobqueue, object_path, patch
+
+NS = "default"
+FAST = {"pollingIntervalSeconds": 1, "scaleDownStabilizationSeconds": 2, "cooldownSeconds": 3,
+        "targetBacklogPerReplica": 100, "maxReplicas": 10}
+
+
+def replicas(k8s: Any, name: str) -> int | None:
+    worker = k8s.live("deployments", NS, f"{name}-worker")
+    return None if worker is None else int(worker["spec"]["replicas"])
+
+
+async def test_scale_up_down_and_to_zero(k8s: Any, operator: Any, redis_url: str,
+                                         redis_client: redis.Redis) -> None:
+    await create(k8s, jobqueue("burst", NS, redis_url, autoscaling=FAST))
+    await eventually(lambda: replicas(k8s, "burst") == 0, message="a pool at zero")
+
+    queue = antre.AsyncQueue.from_url(redis_url, "burst")
+    try:
+        await queue.enqueue_many([("noop", {})] * 500)
+    finally:
+        await queue.close()
+    enqueued_at = time.monotonic()
+    await eventually(lambda: replicas(k8s, "burst") == 5, timeout_s=5, message="5 replicas")
+    assert time.monotonic() - enqueued_at <= 2 * FAST["pollingIntervalSeconds"] + 0.5
+
+    jq = await eventually(lambda: (o := k8s.live("jobqueues", NS, "burst")) and
+                          o["status"].get("backlog") == 500 and o, message="status backlog")
+    assert jq["status"]["desiredReplicas"] == 5 and jq["status"]["replicas"] == 5
+    assert jq["status"]["selector"] == "antre.dev/jobqueue=burst,app.kubernetes.io/component=worker"
+    assert "lastScaleTime" in jq["status"]
+    assert condition(jq, "Scaling")["status"] == "True"
+    scaled = "Scaled workers 0 -> 5: backlog 500, target 100 per replica"
+    await eventually(lambda: scaled in [e.get("message") for e in k8s.events(NS)],
+                     message="the Scaled event")
+
+    redis_client.flushall()  # drained: nothing ready, nothing processing
+    drained_at = time.monotonic()
+    await eventually(lambda: replicas(k8s, "burst") == 1, timeout_s=8, message="down to 1")
+    assert time.monotonic() - drained_at >= FAST["scaleDownStabilizationSeconds"] - 0.2
+    await eventually(lambda: replicas(k8s, "burst") == 0, timeout_s=8, message="down to 0")
+    assert time.monotonic() - drained_at >= FAST["cooldownSeconds"] - 0.2
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{operator.settings.metrics_port}/metrics") as r:
+        text = r.read().decode()
+    assert 'antre_operator_desired_replicas{jobqueue="burst",namespace="default"} 0.0' in text
+    assert 'antre_operator_backlog{jobqueue="burst",namespace="default"} 0.0' in text
+    assert 'antre_operator_scale_events_total{direction="up",jobqueue="burst",namespace="default"}' in text
+
+
+async def test_fixed_replicas_follow_spec_replicas(k8s: Any, operator: Any,
+                                                   redis_url: str) -> None:
+    await create(k8s, jobqueue("fixed", NS, redis_url, replicas=2,
+                               autoscaling={"enabled": False, "pollingIntervalSeconds": 1}))
+    await eventually(lambda: replicas(k8s, "fixed") == 2, message="spec.replicas workers")
+    # What `kubectl scale jq/fixed --replicas=4` does through the /scale subresource.
+    await patch(k8s, object_path("JobQueue", NS, "fixed"), {"spec": {"replicas": 4}})
+    await eventually(lambda: replicas(k8s, "fixed") == 4, timeout_s=5, message="4 workers")
+    jq = await eventually(lambda: (o := k8s.live("jobqueues", NS, "fixed")) and
+                          o["status"].get("replicas") == 4 and o, message="status.replicas")
+    scaling = condition(jq, "Scaling")
+    assert scaling["status"] == "False" and scaling["reason"] == "Disabled"
