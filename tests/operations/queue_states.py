@@ -66,3 +66,17 @@ def dead_letters(queue: Queue, errors_by_count: Sequence[tuple[str, int]], *,
         for lease in claim(queue, count):
             assert fail(queue, lease, error=error, retry_delay_ms=None) == "dead"
     return ids
+
+
+def register_worker(queue: Queue, worker_id: str = "w-1", *, pod: str = "pod-1",
+                    concurrency: int = 4) -> None:
+    """A live worker registry entry, written by the heartbeat script as a worker would."""
+    import json
+
+    from antre.protocol.lease import extend_op
+
+    entry = {"worker_id": worker_id, "pod": pod, "host": "h", "pid": 1, "in_flight": 0,
+             "concurrency": concurrency, "started_at_ms": server_ms(queue) - 60_000}
+    scripts.run(queue.redis, extend_op(queue.settings, [], lease_ms=30_000, worker_id=worker_id,
+                                       registry_entry_json=json.dumps(entry),
+                                       registry_ttl_ms=30_000))

@@ -1,0 +1,142 @@
+"""``antre inspect``, ``antre doctor`` and ``antre top`` against real Redis, on states built on
+purpose through the protocol scripts (see queue_states).
+
+Covers: a stuck lease (shown with its worker and age; doctor exits 2 with stuck_leases), an
+overdue retry (overdue_retries), a dead-letter burst grouped by last error (dead_letter_burst),
+a resource lock found by SCAN with its TTL, live workers with their last heartbeat, a healthy
+queue (exit 0), the JSON outputs, ``top --iterations`` and the two-sample trend.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from antre import Queue, cli, inspect_cmd, inspection
+
+from operations import queue_states
+
+
+def run(capsys: pytest.CaptureFixture[str], redis_url: str, *argv: str) -> tuple[int, str]:
+    code = cli.main([argv[0], "--redis-url", redis_url, "--queue", "q", "--sample-gap", "0",
+                     *argv[1:]])
+    return code, capsys.readouterr().out
+
+
+@pytest.fixture
+def queue(redis_client: Any) -> Queue:
+    return Queue(redis_client, "q")
+
+
+def test_healthy_queue_is_all_clear(queue: Queue, redis_url: str, capsys: Any) -> None:
+    queue_states.register_worker(queue)
+    queue.enqueue_many([("t", i) for i in range(3)])
+    code, out = run(capsys, redis_url, "doctor")
+    assert (code, out.strip()) == (0, "queue q: no findings, all clear")
+    code, out = run(capsys, redis_url, "inspect")
+    assert code == 0
+    assert "ready 3" in out and "workers (1)" in out and "w-1  pod=pod-1  jobs 0/4" in out
+
+
+def test_stuck_lease(queue: Queue, redis_url: str, capsys: Any) -> None:
+    queue_states.register_worker(queue)
+    job_id = queue_states.stuck_lease(queue, expired_s=90, resource_key="acct-7")
+    code, out = run(capsys, redis_url, "inspect")
+    assert f"{job_id}  resize  worker=dead-worker  attempt=1  expired 90." in out
+    # The lock the claim took is found by SCAN, with the holder still in the processing set.
+    assert f"acct-7  job={job_id}  ttl " in out and "holder not processing" not in out
+    code, out = run(capsys, redis_url, "doctor")
+    assert code == 2
+    assert "CRITICAL stuck_leases: 1 lease(s) expired" in out
+    assert "antre reaper --once" in out
+
+
+def test_overdue_retry(queue: Queue, redis_url: str, capsys: Any) -> None:
+    queue_states.register_worker(queue)
+    job_id = queue_states.overdue_retry(queue, overdue_s=120)
+    code, out = run(capsys, redis_url, "inspect")
+    assert "overdue retries (due > 30.0s ago) (1)" in out
+    assert f"{job_id}  charge  attempt=1  overdue 2.0m  TimeoutError: upstream" in out
+    code, out = run(capsys, redis_url, "doctor", "--json")
+    assert code == 2
+    assert [f["code"] for f in json.loads(out)] == ["overdue_retries"]
+
+
+def test_dead_letter_burst_grouped_by_error(queue: Queue, redis_url: str, capsys: Any) -> None:
+    queue_states.register_worker(queue)
+    queue_states.dead_letters(queue, [("ValueError: bad address", 9), ("SMTPError: 554", 3)])
+    code, out = run(capsys, redis_url, "inspect")
+    assert "dead by last error (12)" in out
+    lines = [line.strip() for line in out.splitlines()]
+    first = next(i for i, line in enumerate(lines) if line.startswith("dead by last error"))
+    assert lines[first + 1].startswith("9  ValueError: bad address  [send_email]")
+    assert lines[first + 2].startswith("3  SMTPError: 554  [send_email]")
+    code, out = run(capsys, redis_url, "doctor")
+    assert code == 2
+    assert "CRITICAL dead_letter_burst: 12 job(s) dead-lettered" in out
+    assert "(9x): ValueError: bad address" in out
+
+
+def test_backlog_without_workers(queue: Queue, redis_url: str, capsys: Any) -> None:
+    queue.enqueue("t")
+    code, out = run(capsys, redis_url, "doctor", "--fail-on", "critical")
+    assert code == 2 and "no_workers" in out
+
+
+def test_inspect_json(queue: Queue, redis_url: str, capsys: Any) -> None:
+    queue_states.register_worker(queue)
+    queue_states.stuck_lease(queue)
+    queue_states.dead_letters(queue, [("E", 2)])
+    code, out = run(capsys, redis_url, "inspect", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert data["depth"]["expired_leases"] == 1
+    assert data["dead_groups"] == [{"last_error": "E", "count": 2, "job_types": ["send_email"],
+                                    "newest_id": data["dead_groups"][0]["newest_id"],
+                                    "recent": 2}]
+    assert [w["worker_id"] for w in data["workers"]] == ["w-1"]
+    assert {f["code"] for f in data["findings"]} == {"stuck_leases", "dead_letters"}
+
+
+def test_top_refreshes_the_given_number_of_times(queue: Queue, redis_url: str,
+                                                 capsys: Any) -> None:
+    queue_states.stuck_lease(queue)
+    code, out = run(capsys, redis_url, "top", "--iterations", "2", "--interval", "0")
+    assert code == 0
+    assert out.count("queue q   redis time") == 2
+    assert out.count("CRITICAL stuck_leases") == 2
+
+
+def test_trend_compares_two_samples(queue: Queue) -> None:
+    queue_states.register_worker(queue)
+    before = queue.stats()
+    queue.enqueue_many([("t", i) for i in range(5)])
+    snapshot = inspect_cmd.read_snapshot(queue, before=before)
+    change = inspection.trend(snapshot)
+    assert change.ready_delta == 5 and change.backlog_delta == 5
+    # Reading with a gap takes the first sample itself and waits through the injected sleep.
+    waited: list[float] = []
+    inspect_cmd.read_snapshot(queue, sample_gap_s=0.5, sleep=waited.append)
+    assert waited == [0.5]
+
+
+def test_orphaned_and_ttl_less_locks(queue: Queue, redis_url: str, capsys: Any) -> None:
+    queue_states.register_worker(queue)
+    job_id = queue.enqueue("t").job_id
+    # Locks no antre script would leave: one held by a job that is not processing, one without
+    # a TTL (written by hand, as an operator's "quick fix" might).
+    queue.redis.set(queue.keys.resource_lock("acct-9"), f"{job_id}:1", px=20_000)
+    queue.redis.set(queue.keys.resource_lock("acct-0"), f"{job_id}:1")
+    code, out = run(capsys, redis_url, "doctor")
+    assert code == 2
+    assert "CRITICAL lock_without_ttl: resource lock 'acct-0'" in out
+    assert f"WARNING  orphaned_lock: resource lock 'acct-9' is held by job {job_id}" in out
+
+
+def test_unreachable_redis_is_one_line(capsys: Any) -> None:
+    from redis_servers import free_port
+    code = cli.main(["doctor", "--redis-url", f"redis://127.0.0.1:{free_port()}/0",
+                     "--sample-gap", "0"])
+    assert code == cli.EXIT_UNAVAILABLE
+    assert "unreachable" in capsys.readouterr().err

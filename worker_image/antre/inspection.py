@@ -1,0 +1,372 @@
+"""The debugging checklist of a queue, as data: what ``antre inspect`` shows, what ``antre doctor``
+concludes, what ``antre top`` refreshes.
+
+Pure: :class:`Snapshot` holds what was read from Redis (by :mod:`antre.inspect_cmd`, the only
+I/O side), and everything here derives from it: the trend between two depth samples, the
+:class:`Finding` list with a suggested action each, the one-screen text rendering and the exit
+code. The tests build snapshots by hand for the decisions and read real ones for the I/O.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import IntEnum
+from typing import Any
+
+from antre.protocol.depth import Depth, WorkerEntry
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredLease:
+    job_id: str
+    job_type: str
+    worker: str
+    attempt: int
+    #: Seconds since the lease deadline passed.
+    expired_for_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class OverdueRetry:
+    job_id: str
+    job_type: str
+    attempt: int
+    #: Seconds since the job fell due.
+    overdue_s: float
+    last_error: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeadJob:
+    job_id: str
+    job_type: str
+    last_error: str
+    #: When it was dead-lettered (ms, Redis clock); 0 when the record does not say.
+    died_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroup:
+    last_error: str
+    count: int
+    job_types: tuple[str, ...]
+    newest_id: str
+    #: Of ``count``, how many died within the burst window before the snapshot.
+    recent: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceLock:
+    resource: str
+    job_id: str
+    #: Remaining time to live in seconds; None when the key has no TTL (never expires).
+    ttl_s: float | None
+    #: Whether the holder job is in the processing set (else the lock is orphaned).
+    holder_processing: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    queue: str
+    #: Two depth readings some time apart, for the trend; ``after`` is the current state.
+    before: Depth
+    after: Depth
+    expired_leases: Sequence[ExpiredLease] = ()
+    #: Retries due more than ``Thresholds.overdue_after_s`` ago (first N), and how many in all.
+    overdue_retries: Sequence[OverdueRetry] = ()
+    overdue_total: int = 0
+    #: The newest dead jobs read (at most the read limit).
+    dead_jobs: Sequence[DeadJob] = ()
+    locks: Sequence[ResourceLock] = ()
+    workers: Sequence[WorkerEntry] = ()
+    eviction_warning: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    overdue_after_s: float = 30.0
+    """A due retry not promoted for this long means nothing promotes retries (workers promote
+    on every claim and reap every 5 s)."""
+    stuck_lease_s: float = 30.0
+    """A lease expired for this long was missed by several reaper passes."""
+    max_ready_age_s: float = 300.0
+    """The next job waiting longer than this is a backlog worth a warning."""
+    stale_heartbeat_s: float = 30.0
+    """A worker whose last heartbeat is older than this is stalled (heartbeats are <= 5 s)."""
+    burst_window_s: float = 300.0
+    """Dead-letters within this window before the snapshot count towards a burst."""
+    burst_count: int = 10
+    """This many dead-letters within the window is a burst."""
+
+
+class Severity(IntEnum):
+    INFO = 0
+    WARNING = 1
+    CRITICAL = 2
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    severity: Severity
+    #: Stable identifier, e.g. ``stuck_leases``, for scripts and alert routing.
+    code: str
+    summary: str
+    action: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"severity": str(self.severity), "code": self.code, "summary": self.summary,
+                "action": self.action}
+
+
+@dataclass(frozen=True, slots=True)
+class Trend:
+    interval_s: float
+    ready_delta: int
+    backlog_delta: int
+    dead_delta: int
+    #: Jobs added to the ready list per second (negative: draining); None when no interval.
+    ready_rate_per_s: float | None
+
+
+def trend(snapshot: Snapshot) -> Trend:
+    before, after = snapshot.before, snapshot.after
+    interval_s = max(after.now_ms - before.now_ms, 0) / 1000
+    ready_delta = after.ready - before.ready
+    return Trend(interval_s=interval_s, ready_delta=ready_delta,
+                 backlog_delta=after.backlog - before.backlog, dead_delta=after.dead - before.dead,
+                 ready_rate_per_s=ready_delta / interval_s if interval_s > 0 else None)
+
+
+def group_dead(snapshot: Snapshot, thresholds: Thresholds = Thresholds()) -> list[DeadGroup]:
+    """Dead jobs grouped by last error, biggest group first (ties: most recent first)."""
+    window_start_ms = snapshot.after.now_ms - thresholds.burst_window_s * 1000
+    groups: dict[str, list[DeadJob]] = {}
+    for job in snapshot.dead_jobs:  # newest first, as read from the dead list
+        groups.setdefault(job.last_error, []).append(job)
+    result = [
+        DeadGroup(last_error=error, count=len(jobs),
+                  job_types=tuple(sorted({job.job_type for job in jobs})), newest_id=jobs[0].job_id,
+                  recent=sum(1 for job in jobs if job.died_at_ms >= window_start_ms))
+        for error, jobs in groups.items()
+    ]
+    order = {error: i for i, error in enumerate(groups)}
+    return sorted(result, key=lambda g: (-g.count, order[g.last_error]))
+
+
+def _s(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def diagnose(snapshot: Snapshot, thresholds: Thresholds = Thresholds()) -> list[Finding]:
+    """Findings, most severe first; an empty list means nothing looks wrong."""
+    after = snapshot.after
+    findings: list[Finding] = []
+    add = findings.append
+
+    if snapshot.eviction_warning:
+        add(Finding(Severity.CRITICAL, "redis_eviction", snapshot.eviction_warning,
+                    "set maxmemory-policy noeviction on this Redis (CONFIG SET or the server's "
+                    "config); evicted job records are lost jobs"))
+
+    live_workers = len(snapshot.workers)
+    if after.backlog > 0 and live_workers == 0:
+        add(Finding(Severity.CRITICAL, "no_workers",
+                    f"{after.backlog} job(s) can run now but no worker is registered",
+                    "start workers: check the worker Deployment of this JobQueue (replicas, "
+                    "pod status, `kubectl logs`) and the operator's autoscaler"))
+
+    stuck = [lease for lease in snapshot.expired_leases
+             if lease.expired_for_s >= thresholds.stuck_lease_s]
+    if stuck:
+        oldest = max(lease.expired_for_s for lease in stuck)
+        add(Finding(Severity.CRITICAL, "stuck_leases",
+                    f"{after.expired_leases} lease(s) expired and not requeued, the oldest "
+                    f"{_s(oldest)} ago (workers reap every 5 s, so no reaper is running)",
+                    "run `antre reaper --once` now; then check that workers are up (they reap "
+                    "in-process) and that the reaper CronJob is not suspended or failing"))
+    elif after.expired_leases:
+        add(Finding(Severity.INFO, "expired_leases",
+                    f"{after.expired_leases} lease(s) just expired; the next reaper pass "
+                    "requeues them", "none unless it persists (`antre doctor` again in 30 s)"))
+
+    if snapshot.overdue_total:
+        oldest = max((r.overdue_s for r in snapshot.overdue_retries), default=0.0)
+        add(Finding(Severity.CRITICAL, "overdue_retries",
+                    f"{snapshot.overdue_total} retry/delayed job(s) due for more than "
+                    f"{_s(thresholds.overdue_after_s)} (oldest {_s(oldest)}): nothing promotes "
+                    "them, so the scheduler (worker claims and reaper passes) is not running",
+                    "start a worker or run `antre reaper --once` (it promotes due jobs)"))
+
+    groups = group_dead(snapshot, thresholds)
+    recent = sum(group.recent for group in groups)
+    grew = trend(snapshot).dead_delta
+    if recent >= thresholds.burst_count or grew >= thresholds.burst_count:
+        top = groups[0] if groups else None
+        cause = f"; top error ({top.count}x): {top.last_error[:120]}" if top else ""
+        add(Finding(Severity.CRITICAL, "dead_letter_burst",
+                    f"{max(recent, grew)} job(s) dead-lettered within the last "
+                    f"{_s(thresholds.burst_window_s)}{cause}",
+                    "look at `antre dlq list` and the handler's logs; fix the cause (a bad "
+                    "deploy, a failing dependency), then `antre dlq replay`"))
+    elif after.dead:
+        top = groups[0] if groups else None
+        cause = f"; top error ({top.count}x): {top.last_error[:120]}" if top else ""
+        add(Finding(Severity.WARNING, "dead_letters", f"{after.dead} dead job(s){cause}",
+                    "inspect with `antre dlq list`; replay with `antre dlq replay` once fixed, "
+                    "or drop them with `antre dlq purge`"))
+
+    if after.oldest_ready_age_s is not None and after.oldest_ready_age_s > thresholds.max_ready_age_s:
+        add(Finding(Severity.WARNING, "old_backlog",
+                    f"the next ready job has waited {_s(after.oldest_ready_age_s)} "
+                    f"(threshold {_s(thresholds.max_ready_age_s)}); {after.ready} ready",
+                    "add workers (raise maxReplicas or concurrency) or find why handlers are "
+                    "slow (antre_job_duration_seconds)"))
+
+    change = trend(snapshot)
+    if change.backlog_delta > 0 and change.interval_s > 0 and live_workers:
+        add(Finding(Severity.INFO, "backlog_growing",
+                    f"backlog grew by {change.backlog_delta} in {_s(change.interval_s)}",
+                    "none if it is a burst; if it keeps growing, add workers"))
+
+    for lock in snapshot.locks:
+        if lock.ttl_s is None:
+            add(Finding(Severity.CRITICAL, "lock_without_ttl",
+                        f"resource lock {lock.resource!r} (job {lock.job_id}) has no TTL and "
+                        "will block that resource forever",
+                        "delete the lock key; antre always sets a TTL, so find what wrote it"))
+        elif not lock.holder_processing:
+            add(Finding(Severity.WARNING, "orphaned_lock",
+                        f"resource lock {lock.resource!r} is held by job {lock.job_id}, which "
+                        f"is not processing; it expires in {_s(lock.ttl_s)}",
+                        "nothing: jobs for that resource wait until the TTL runs out"))
+
+    for worker in snapshot.workers:
+        if worker.beat_age_s > thresholds.stale_heartbeat_s:
+            add(Finding(Severity.WARNING, "stale_worker",
+                        f"worker {worker.worker_id} (pod {worker.pod}) last beat "
+                        f"{_s(worker.beat_age_s)} ago",
+                        "the process is stalled (blocked event loop, CPU starvation, or "
+                        "SIGSTOP): check the pod; its leases expire and are requeued"))
+
+    return sorted(findings, key=lambda f: -f.severity)
+
+
+def exit_code(findings: Sequence[Finding], *, fail_on: Severity = Severity.WARNING) -> int:
+    """0 when every finding is below ``fail_on``; 1 for warnings, 2 for critical findings."""
+    worst = max((f.severity for f in findings), default=Severity.INFO)
+    if not findings or worst < fail_on:
+        return 0
+    return 2 if worst is Severity.CRITICAL else 1
+
+
+# -- rendering -------------------------------------------------------------------------------------
+
+def _clock(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _cut(text: str, width: int) -> str:
+    """One line of at most ``width`` characters (error texts may hold newlines)."""
+    text = text.replace("\r", " ").replace("\n", " ").replace("\t", " ")
+    return text if len(text) <= width else text[: width - 1] + "~"
+
+
+def render(snapshot: Snapshot, findings: Sequence[Finding] | None = None, *,
+           thresholds: Thresholds = Thresholds(), rows: int = 5, width: int = 100) -> str:
+    """The one-screen view: each section shows at most ``rows`` lines."""
+    after = snapshot.after
+    change = trend(snapshot)
+    lines = [f"queue {snapshot.queue}   redis time {_clock(after.now_ms)}"]
+    if change.interval_s > 0 and change.ready_rate_per_s is not None:
+        moving = (f"{change.ready_delta:+d} in {_s(change.interval_s)}, "
+                  f"{change.ready_rate_per_s:+.1f}/s")
+    else:
+        moving = "trend: one sample"
+    lines.append(f"  ready {after.ready} ({moving})   processing {after.processing}   "
+                 f"retry {after.scheduled} (due {after.due})   dead {after.dead}   "
+                 f"workers {len(snapshot.workers)}")
+    lines.append(_cut(f"  backlog {after.backlog}   oldest ready {_s(after.oldest_ready_age_s)}   "
+                      + "  ".join(f"{k}={v}" for k, v in sorted(after.counters.items())),
+                      width).rstrip())
+
+    def section(title: str, count: int, body: list[str]) -> None:
+        lines.append(f"{title} ({count})" if count else f"{title}: none")
+        lines.extend("  " + _cut(line, width - 2) for line in body[:rows])
+        if len(body) > rows:
+            lines.append(f"  ... {len(body) - rows} more")
+
+    section("expired leases", after.expired_leases, [
+        f"{lease.job_id}  {lease.job_type}  worker={lease.worker or '-'}  "
+        f"attempt={lease.attempt}  expired {_s(lease.expired_for_s)} ago"
+        for lease in snapshot.expired_leases])
+    section(f"overdue retries (due > {_s(thresholds.overdue_after_s)} ago)",
+            snapshot.overdue_total, [
+                f"{r.job_id}  {r.job_type}  attempt={r.attempt}  overdue {_s(r.overdue_s)}  "
+                f"{r.last_error}" for r in snapshot.overdue_retries])
+    groups = group_dead(snapshot, thresholds)
+    section("dead by last error", after.dead, [
+        f"{g.count:>5}  {g.last_error or '(no error recorded)'}  [{', '.join(g.job_types)}]  "
+        f"newest {g.newest_id}" for g in groups])
+    section("resource locks", len(snapshot.locks), [
+        f"{lock.resource}  job={lock.job_id}  ttl {_s(lock.ttl_s) if lock.ttl_s is not None else 'none'}"
+        f"{'' if lock.holder_processing else '  (holder not processing)'}"
+        for lock in snapshot.locks])
+    section("workers", len(snapshot.workers), [
+        f"{w.worker_id}  pod={w.pod}  jobs {w.in_flight}/{w.concurrency}  "
+        f"last beat {_s(w.beat_age_s)} ago  up {_s(max(w.read_at_ms - w.started_at_ms, 0) / 1000)}"
+        for w in snapshot.workers])
+    if findings is not None:
+        lines.append("findings: none, all clear" if not findings else f"findings ({len(findings)})")
+        for finding in findings:
+            lines.extend(textwrap.wrap(
+                f"{str(finding.severity).upper():<8} {finding.code}: {finding.summary}", width,
+                initial_indent="  ", subsequent_indent=" " * 11))
+            lines.extend(textwrap.wrap(f"-> {finding.action}", width, initial_indent=" " * 11,
+                                       subsequent_indent=" " * 14))
+    return "\n".join(lines)
+
+
+def to_dict(snapshot: Snapshot, findings: Sequence[Finding], *,
+            thresholds: Thresholds = Thresholds()) -> dict[str, Any]:
+    """The same content for ``--json``."""
+    after = snapshot.after
+    change = trend(snapshot)
+    return {
+        "queue": snapshot.queue, "now_ms": after.now_ms,
+        "depth": {"ready": after.ready, "processing": after.processing,
+                  "expired_leases": after.expired_leases, "retry": after.scheduled,
+                  "retry_due": after.due, "dead": after.dead, "backlog": after.backlog,
+                  "oldest_ready_age_s": after.oldest_ready_age_s, "counters": after.counters},
+        "trend": {"interval_s": change.interval_s, "ready_delta": change.ready_delta,
+                  "backlog_delta": change.backlog_delta, "dead_delta": change.dead_delta,
+                  "ready_rate_per_s": change.ready_rate_per_s},
+        "expired_leases": [vars_of(x) for x in snapshot.expired_leases],
+        "overdue_retries": {"total": snapshot.overdue_total,
+                            "jobs": [vars_of(x) for x in snapshot.overdue_retries]},
+        "dead_groups": [vars_of(g) for g in group_dead(snapshot, thresholds)],
+        "locks": [vars_of(x) for x in snapshot.locks],
+        "workers": [{**vars_of(w), "beat_age_s": w.beat_age_s} for w in snapshot.workers],
+        "eviction_warning": snapshot.eviction_warning,
+        "findings": [f.to_dict() for f in findings],
+    }
+
+
+def vars_of(item: Any) -> dict[str, Any]:
+    return {name: getattr(item, name) for name in item.__slots__}
+
+
+__all__ = ["DeadGroup", "DeadJob", "ExpiredLease", "Finding", "OverdueRetry", "ResourceLock",
+           "Severity", "Snapshot", "Thresholds", "Trend", "diagnose", "exit_code", "group_dead",
+           "render", "to_dict", "trend"]
