@@ -307,8 +307,9 @@ def run_cancel(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import antre.api  # registers `api` (the noqa below covers the pair)
-    import antre.demo  # noqa: F401  (registers `demo`)
+    import antre.api  # registers `api` (the noqa below covers the group)
+    import antre.demo
+    import antre.inspect_cmd  # noqa: F401  (registers `demo`, `inspect`, `doctor`, `top`)
     parser = argparse.ArgumentParser(prog="antre", description="antre: a reliable Redis job queue")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (add_args, _run, help_text) in COMMANDS.items():
