@@ -293,7 +293,7 @@ class KillResult:
 def kill_mid_job(adapter: Adapter, r: redis.Redis, url: str, *, window_s: float) -> KillResult:
     """SIGKILLs the (only) worker while it runs a job, starts a replacement at once, and watches
     for up to ``window_s`` whether and when the job starts again."""
-    r.flushall()
+    r.flushdb()
     records = Records()
     token = f"kill-{os.getpid()}-{int(time.time())}"
     try:
@@ -318,7 +318,7 @@ def kill_mid_job(adapter: Adapter, r: redis.Redis, url: str, *, window_s: float)
                         return KillResult(f"redelivered at once ({after:.1f} s)", after)
                     return KillResult(f"redelivered after {after:.0f} s (timeout)", after)
                 time.sleep(0.05)
-            return KillResult(f"lost (not run again within {window_s:.0f} s)", None)
+            return KillResult(f"not run again within {window_s:.0f} s (lost unless redelivered later)", None)
         finally:
             group.stop()
     finally:

@@ -1,0 +1,54 @@
+"""taskiq with taskiq-redis: ``taskiq worker --workers N`` on a ListQueueBroker (BRPOP)."""
+
+from __future__ import annotations
+
+import sys
+
+from taskiq.kicker import AsyncKicker
+from taskiq_redis import ListQueueBroker
+
+from bench.adapters import _base, _record
+
+broker = ListQueueBroker(_base.redis_url())
+
+
+@broker.task(task_name="noop")
+async def noop() -> None:
+    _record.done()
+
+
+@broker.task(task_name="warm")
+async def warm() -> None:
+    await _record.warm_async()
+
+
+@broker.task(task_name="slow")
+async def slow(token: str) -> None:
+    await _record.slow_async(token)
+
+
+class TaskiqAdapter:
+    name = "taskiq"
+    ready_keys = ("taskiq",)
+    has_bulk = False
+    fork_per_job = False
+    processes_note = "one `taskiq worker --workers N`"
+
+    def enqueue(self, kind: str, n: int, *, bulk: bool, token: str = "") -> float:
+        async def go() -> float:
+            client = ListQueueBroker(_base.redis_url())
+            await client.startup()
+            kicker: AsyncKicker[..., None] = AsyncKicker(task_name=kind, broker=client, labels={})
+            args = (token,) if token else ()
+            try:
+                return await _base.timed_loop_async(n, lambda: kicker.kiq(*args))
+            finally:
+                await client.shutdown()
+        return _base.run(go())
+
+    def worker_commands(self, processes: int) -> list[list[str]]:
+        return [[sys.executable, "-m", "taskiq", "worker", f"{__name__}:broker",
+                 "--workers", str(processes)]]
+
+
+ADAPTER = TaskiqAdapter()

@@ -1,0 +1,216 @@
+"""antre against arq, rq, saq, celery, dramatiq, huey and taskiq, on one redis-server.
+
+Each library runs its default production worker with no-op jobs. Per library: enqueue rate (one
+call per job; bulk API where it has one), drain rate of 10,000 queued jobs with 1 and with 2
+worker processes, Redis commands per job, Redis memory per queued job, median of 3 runs with
+min-max, the ratio antre / peer for each figure, and what its worker does when SIGKILLed mid-job
+(measured: the worker is killed, a replacement started at once, and the job watched).
+
+    pip install -e '.[bench]'
+    python bench/peers.py                  # the full run (about 20 minutes on 2 cores)
+    python bench/peers.py --quick          # 1 run, 2,000 jobs, short kill window: a smoke check
+    python bench/peers.py --only antre,dramatiq --runs 5
+
+A library that fails prints its error and the run goes on without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _harness as h
+
+LIBRARIES = ["antre", "arq", "rq", "saq", "celery", "dramatiq", "huey", "taskiq"]
+
+
+@dataclass
+class Figures:
+    name: str
+    single: h.Series = field(default_factory=h.Series)
+    bulk: h.Series = field(default_factory=h.Series)
+    drain1: h.Series = field(default_factory=h.Series)
+    drain2: h.Series = field(default_factory=h.Series)
+    cmds: h.Series = field(default_factory=h.Series)
+    scripts: h.Series = field(default_factory=h.Series)
+    enqueue_cmds: h.Series = field(default_factory=h.Series)
+    memory: h.Series = field(default_factory=h.Series)
+    kill: str = "-"
+    note: str = ""
+    errors: list[str] = field(default_factory=list)
+
+
+def measure(name: str, r: object, url: str, args: argparse.Namespace) -> Figures:
+    from bench.adapters import load
+    figures = Figures(name)
+    adapter = load(name)
+    figures.note = adapter.processes_note
+    jobs = min(args.jobs, getattr(adapter, "max_drain_jobs", None) or args.jobs)
+    if jobs < args.jobs:
+        figures.note += f"; drains of {jobs:,} jobs (too slow for {args.jobs:,})"
+    for run in range(args.runs):
+        figures.single.add(h.single_enqueue_rate(adapter, r, args.single_jobs))
+        for processes, series in ((1, figures.drain1), (2, figures.drain2)):
+            result = h.drain_run(adapter, r, url, jobs=jobs, processes=processes)
+            series.add(result.drain_rate)
+            if adapter.has_bulk:
+                figures.bulk.add(result.enqueue_rate)
+            if processes == 1:
+                figures.cmds.add(result.drain_cmds_per_job)
+                figures.scripts.add(result.drain_scripts_per_job)
+                figures.enqueue_cmds.add(result.enqueue_cmds_per_job)
+            print(f"  {name} run {run + 1}, {processes} process(es): drain {result.drain_rate:,.0f} jobs/s"
+                  f", {result.drain_cmds_per_job:.2f} commands/job", flush=True)
+    if args.memory_jobs:
+        figures.memory.add(h.memory_per_job(adapter, r, args.memory_jobs))
+    return figures
+
+
+def kill_child(name: str) -> int:
+    """Runs one library's kill test (in its own process and Redis database) and prints JSON."""
+    from bench.adapters import load
+    url = os.environ["BENCH_REDIS_URL"]
+    window = float(os.environ["BENCH_KILL_WINDOW"])
+    r = h.client(url)
+    try:
+        result = h.kill_mid_job(load(name), r, url, window_s=window)
+        print(json.dumps({"verdict": result.verdict, "after_s": result.redelivered_after_s}))
+    except Exception as exc:
+        print(json.dumps({"verdict": f"error: {type(exc).__name__}: {str(exc)[:300]}", "after_s": None}))
+    return 0
+
+
+def kill_tests(names: list[str], base_url: str, window_s: float) -> dict[str, str]:
+    """All libraries at once, each in its own Redis database, since each mostly waits."""
+    procs = {}
+    for db, name in enumerate(names, start=1):
+        env = dict(os.environ, BENCH_REDIS_URL=base_url.rsplit("/", 1)[0] + f"/{db}",
+                   BENCH_KILL_WINDOW=str(window_s))
+        procs[name] = subprocess.Popen([sys.executable, __file__, "--kill-child", name], env=env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    verdicts = {}
+    for name, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=window_s + 240)
+            lines = [line for line in out.splitlines() if line.startswith("{")]
+            verdicts[name] = json.loads(lines[-1])["verdict"] if lines else f"error: {err.strip()[-300:]}"
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            verdicts[name] = "error: kill test timed out"
+    return verdicts
+
+
+def ratio(a: h.Series, b: h.Series) -> str:
+    if not a.values or not b.values or not b.median:
+        return "-"
+    return f"{a.median / b.median:.2f}x"
+
+
+def report(results: dict[str, Figures], args: argparse.Namespace) -> None:
+    print(f"\n## Peers: {args.jobs:,} no-op jobs per drain, median of {args.runs} (min-max); "
+          f"{h.load_line()}\n")
+    rows = []
+    for f in results.values():
+        if f.errors and not f.drain1.values:
+            rows.append([f.name, "failed: " + f.errors[0][:60], "", "", "", "", "", ""])
+            continue
+        rows.append([f.name, f.single.fmt(), f.bulk.fmt(), f.drain1.fmt(), f.drain2.fmt(),
+                     f.cmds.fmt(2), f.scripts.fmt(2), f.memory.fmt()])
+    print(h.table(["library", "enqueue jobs/s (1 call/job)", "enqueue jobs/s (bulk)",
+                   "drain jobs/s, 1 process", "drain jobs/s, 2 processes",
+                   "Redis cmds/job (drain, incl. Lua)", "script calls/job",
+                   f"memory bytes/job ({args.memory_jobs:,} queued)"], rows))
+    antre = results.get("antre")
+    if antre and antre.drain1.values:
+        print("\n## Ratio antre / peer (rates: higher is better for antre; commands, memory: lower is)\n")
+        rows = []
+        for f in results.values():
+            if f.name == "antre" or not f.drain1.values:
+                continue
+            rows.append([f.name, ratio(antre.single, f.single), ratio(antre.bulk, f.bulk or f.single),
+                         ratio(antre.drain1, f.drain1), ratio(antre.drain2, f.drain2),
+                         ratio(antre.cmds, f.cmds), ratio(antre.memory, f.memory)])
+        print(h.table(["vs", "enqueue 1 call/job", "enqueue bulk (peer: its best)", "drain 1 process",
+                       "drain 2 processes", "cmds/job", "memory/job"], rows))
+        peers = [f for f in results.values() if f.name != "antre" and f.drain1.values]
+        for processes, attr in ((1, "drain1"), (2, "drain2")):
+            if peers:
+                best = max(peers, key=lambda f: getattr(f, attr).median)
+                mine, theirs = getattr(antre, attr).median, getattr(best, attr).median
+                verdict = "meets" if mine >= 2 * theirs else "MISSES"
+                print(f"\n{processes} process(es): antre {mine:,.0f} jobs/s vs fastest peer {best.name} "
+                      f"{theirs:,.0f} jobs/s = {mine / theirs:.2f}x ({verdict} the 2x target)")
+    print("\n## SIGKILL mid-job (default worker; replacement started at once; "
+          f"watched {args.kill_window:.0f} s)\n")
+    print(h.table(["library", "what happened to the running job"],
+                  [[f.name, f.kill] for f in results.values()]))
+    print("\n## What \"N worker processes\" means per library\n")
+    print(h.table(["library", "started as"], [[f.name, f.note or "-"] for f in results.values()]))
+    for f in results.values():
+        for error in f.errors:
+            print(f"\n{f.name} error: {error}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="comma-separated subset of " + ",".join(LIBRARIES))
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--single-jobs", type=int, default=2_000,
+                        help="jobs enqueued one call each for the single-call rate")
+    parser.add_argument("--memory-jobs", type=int, default=100_000, help="0 skips the memory figure")
+    parser.add_argument("--kill-window", type=float, default=120.0,
+                        help="seconds to watch for a killed job to run again")
+    parser.add_argument("--no-kill", action="store_true", help="skip the kill tests")
+    parser.add_argument("--kill-only", action="store_true", help="only the kill tests")
+    parser.add_argument("--quick", action="store_true", help="1 run, 2,000 jobs, 40 s kill window")
+    parser.add_argument("--kill-child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.kill_child:
+        return kill_child(args.kill_child)
+    if args.quick:
+        args.jobs, args.runs, args.single_jobs, args.memory_jobs, args.kill_window = 2_000, 1, 500, 10_000, 40
+    names = args.only.split(",") if args.only else LIBRARIES
+    unknown = set(names) - set(LIBRARIES)
+    if unknown:
+        parser.error(f"--only: unknown {sorted(unknown)}; choose from {LIBRARIES}")
+
+    server = h.start_redis()
+    os.environ["BENCH_REDIS_URL"] = server.url
+    r = h.client(server.url)
+    results: dict[str, Figures] = {}
+    started = time.monotonic()
+    try:
+        print(f"redis-server {r.info('server')['redis_version']} on {server.url}; {h.load_line()}",
+              flush=True)
+        for name in names if not args.kill_only else []:
+            try:
+                results[name] = measure(name, r, server.url, args)
+            except Exception as exc:
+                print(f"  {name} FAILED: {type(exc).__name__}: {exc}", flush=True)
+                traceback.print_exc(limit=3)
+                results[name] = Figures(name, errors=[f"{type(exc).__name__}: {exc}"[:2000]])
+        if not args.no_kill:
+            print(f"kill tests ({args.kill_window:.0f} s window, all libraries at once)...", flush=True)
+            r.flushall()
+            for name, verdict in kill_tests(names, server.url, args.kill_window).items():
+                results.setdefault(name, Figures(name)).kill = verdict
+        report(results, args)
+        print(f"\ntotal wall time {time.monotonic() - started:.0f} s")
+        return 0
+    finally:
+        r.close()
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
