@@ -8,8 +8,9 @@ from pathlib import Path
 import antre
 
 PACKAGE = Path(antre.__file__).parent
-#: The key prefix as code would spell it: in a string literal, or followed by a hash tag.
-KEY_PREFIX = re.compile(r"""["']antre:|antre:[{\[]""")
+#: The key prefix as code would spell it: alone in a literal, before a hash tag or a key name.
+KEY_PREFIX = re.compile(
+    r"""antre:[{\[]|["']antre:["'{]|antre:(queue|processing|retry|dead|job|idem|lock|stats|worker)""")
 
 
 def test_only_keys_module_spells_the_prefix():
