@@ -1,0 +1,132 @@
+"""The ``antre`` command line, in-process (``antre.cli.main``) and as a subprocess: enqueue, stats,
+job history, dlq list/replay/purge, and one-line errors with a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from antre import Queue
+from antre.cli import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE, main
+from antre.protocol import scripts
+from antre.protocol.claim import claim_op
+from antre.protocol.settle import ack_op, fail_op
+from antre.settings import QueueSettings, WorkerSettings
+from invariants import assert_invariants
+from redis_servers import child_env, free_port
+
+QS = QueueSettings(name="cli")
+#: The installed console script when there is one, else the same entry point through -m.
+ANTRE = [shutil.which("antre")] if shutil.which("antre") else [sys.executable, "-m", "antre"]
+
+
+def cli(redis_url, *args):
+    return main([args[0], "--redis-url", redis_url, "--queue", "cli", *args[1:]])
+
+
+def test_enqueue_prints_the_id(redis_client, redis_url, capsys):
+    assert cli(redis_url, "enqueue", "email", '{"to": "a@b.c"}', "--idempotency-key", "k1",
+               "--resource-key", "acct", "--max-attempts", "2") == 0
+    job_id = capsys.readouterr().out.strip()
+    info = Queue(redis_client, settings=QS).get(job_id)
+    assert (info.type, info.payload, info.idempotency_key, info.max_attempts) == (
+        "email", {"to": "a@b.c"}, "k1", 2)
+    assert cli(redis_url, "enqueue", "email", "{}", "--idempotency-key", "k1") == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == job_id and "existing job returned" in out.err
+    assert_invariants(redis_client, QS)
+
+
+def test_stats_json(redis_client, redis_url, capsys):
+    queue = Queue(redis_client, settings=QS)
+    queue.enqueue("t", 1)
+    queue.enqueue("t", 2, delay=60)
+    assert cli(redis_url, "stats", "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {k: data[k] for k in ("queue", "ready", "processing", "retry", "dead", "done")} == {
+        "queue": "cli", "ready": 1, "processing": 0, "retry": 1, "dead": 0, "done": 0}
+
+
+def test_job_shows_history(redis_client, redis_url, capsys):
+    ws = WorkerSettings()
+    job_id = Queue(redis_client, settings=QS).enqueue("t", {"a": 1}).job_id
+    [job] = scripts.run(redis_client, claim_op(QS, ws, worker_id="w-1", max_jobs=1)).jobs
+    scripts.run(redis_client, fail_op(QS, (job.id, job.lease), error="boom", retry_delay_ms=0,
+                                      worker_id="w-1"))
+    [job] = scripts.run(redis_client, claim_op(QS, ws, worker_id="w-2", max_jobs=1)).jobs
+    scripts.run(redis_client, ack_op(QS, [(job.id, job.lease)], worker_id="w-2"))
+    assert cli(redis_url, "job", job_id) == 0
+    out = capsys.readouterr().out
+    assert f"job {job_id}  type=t  status=done  attempt=2/5" in out
+    lines = [line.split() for line in out.splitlines() if line.startswith("    ")]
+    assert [line[2] for line in lines] == ["enqueued", "claimed", "retrying", "claimed", "acked"]
+    assert "worker=w-1" in out and "error=boom" in out and "worker=w-2" in out
+    assert cli(redis_url, "job", job_id, "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [e["event"] for e in data["history"]] == ["enqueued", "claimed", "retrying", "claimed", "acked"]
+
+
+def test_dlq_list_replay_purge(redis_client, redis_url, capsys):
+    queue = Queue(redis_client, settings=QS)
+    ids = [queue.enqueue("t", i, max_attempts=1).job_id for i in range(3)]
+    for _ in ids:
+        [job] = scripts.run(redis_client, claim_op(QS, WorkerSettings(), worker_id="w", max_jobs=1)).jobs
+        scripts.run(redis_client, fail_op(QS, (job.id, job.lease), error=f"bad {job.payload_json}",
+                                          retry_delay_ms=0, worker_id="w"))
+    assert cli(redis_url, "dlq", "list") == 0
+    out = capsys.readouterr()
+    assert [line.split()[0] for line in out.out.splitlines()] == ids[::-1]  # newest first
+    assert "bad 0" in out.out and "3 dead job(s) shown" in out.err
+    assert cli(redis_url, "dlq", "replay", ids[0]) == 0
+    assert capsys.readouterr().out.strip() == "replayed 1 job(s)"
+    assert queue.get(ids[0]).status == "queued"
+    assert cli(redis_url, "dlq", "purge") == 0
+    assert capsys.readouterr().out.strip() == "purged 2 job(s)"
+    assert redis_client.llen(QS.keys.dead) == 0
+    assert_invariants(redis_client, QS)
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    pytest.param(["enqueue", "t", "{bad"], EXIT_USAGE, "antre enqueue: payload: not valid JSON",
+                 id="bad-json"),
+    pytest.param(["job", "nope"], EXIT_NOT_FOUND, "antre job: job nope: no such job", id="unknown-job"),
+    pytest.param(["dlq", "list", "--limit", "0"], EXIT_USAGE, "antre dlq: --limit: got 0", id="bad-limit"),
+])
+def test_user_errors_are_one_line(redis_client, redis_url, capsys, args, code, message):
+    assert cli(redis_url, *args) == code
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.startswith(message) and out.err.count("\n") == 1
+
+
+def test_unreachable_redis_in_process(capsys):
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    assert main(["stats", "--redis-url", url]) == EXIT_UNAVAILABLE
+    err = capsys.readouterr().err
+    assert err.startswith(f"antre stats: Redis at {url} is unreachable") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("args", "code", "start"), [
+    pytest.param(["enqueue", "t", "not json"], EXIT_USAGE, "antre enqueue: payload: not valid JSON",
+                 id="bad-json"),
+    pytest.param(["stats"], EXIT_UNAVAILABLE, "antre stats: Redis at", id="unreachable"),
+])
+def test_subprocess_errors_without_traceback(args, code, start):
+    env = {**child_env(), "ANTRE_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    proc = subprocess.run([*ANTRE, *args], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert proc.returncode == code
+    assert proc.stderr.startswith(start) and proc.stderr.count("\n") == 1
+    assert "Traceback" not in proc.stderr
+
+
+def test_subprocess_enqueue_and_stats(redis_client, redis_url):
+    env = {**child_env(), "ANTRE_REDIS_URL": redis_url, "ANTRE_QUEUE": "cli"}
+    proc = subprocess.run([*ANTRE, "enqueue", "t", '{"x": 1}'],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip()
+    assert Queue(redis_client, settings=QS).get(job_id).payload == {"x": 1}
