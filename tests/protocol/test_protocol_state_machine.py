@@ -1,0 +1,179 @@
+"""A hypothesis state machine over the protocol: random sequences of enqueue, claim, ack with the
+current or a stale token, fail, release, lease expiry + reap, replay and cancel. After every step
+the queue invariant holds and every job's status and attempt match a plain Python model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from antre import errors
+from antre.client import Queue
+from antre.protocol import scripts
+from antre.protocol.claim import claim_op
+from antre.protocol.settle import ack_op, fail_op, release_op
+from antre.settings import QueueSettings, WorkerSettings
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from invariants import assert_invariants
+
+QS = QueueSettings(name="sm", max_attempts=2)
+WS = WorkerSettings(visibility_timeout_s=60)
+
+
+@dataclass
+class Model:
+    status: str
+    attempt: int = 0
+    lease: int = 0
+    idem: str | None = None
+    #: For retrying jobs: whether the retry is already due (delay 0) or far away.
+    due: bool = True
+
+
+def build_machine(r):
+    class ProtocolMachine(RuleBasedStateMachine):
+        def __init__(self):
+            super().__init__()
+            r.flushall()
+            self.queue = Queue(r, settings=QS)
+            self.jobs: dict[str, Model] = {}
+            self.markers: dict[str, str] = {}  # idempotency key -> job id
+
+        def ids(self, *statuses):
+            return sorted(i for i, m in self.jobs.items() if m.status in statuses)
+
+        @rule(idem=st.sampled_from([None, None, "k1", "k2"]), delay=st.sampled_from([0, 0, 60]))
+        def enqueue(self, idem, delay):
+            result = self.queue.enqueue("t", {"d": delay}, idempotency_key=idem, delay=delay)
+            if idem in self.markers:
+                assert (result.job_id, result.created) == (self.markers[idem], False)
+                return
+            assert result.created
+            self.jobs[result.job_id] = Model("scheduled" if delay else "queued", idem=idem, due=False)
+            if idem:
+                self.markers[idem] = result.job_id
+
+        @rule(max_jobs=st.integers(1, 3))
+        def claim(self, max_jobs):
+            runnable = set(self.ids("queued")) | {i for i in self.ids("retrying") if self.jobs[i].due}
+            result = scripts.run(r, claim_op(QS, WS, worker_id="w", max_jobs=max_jobs))
+            assert len(result.jobs) == min(max_jobs, len(runnable))
+            for job in result.jobs:
+                assert job.id in runnable
+                model = self.jobs[job.id]
+                model.status, model.attempt, model.lease = "processing", model.attempt + 1, model.lease + 1
+                assert (job.attempt, job.lease) == (model.attempt, model.lease)
+            for job_id in runnable - {j.id for j in result.jobs}:
+                if self.jobs[job_id].status == "retrying":
+                    self.jobs[job_id].status = "queued"  # promoted to the ready list
+
+        @precondition(lambda self: self.ids("processing"))
+        @rule(data=st.data(), stale=st.booleans())
+        def ack(self, data, stale):
+            job_id = data.draw(st.sampled_from(self.ids("processing")))
+            model = self.jobs[job_id]
+            token = model.lease - 1 if stale else model.lease
+            held = scripts.run(r, ack_op(QS, [(job_id, token)], worker_id="w"))
+            assert held == [not stale]
+            if not stale:
+                model.status = "done"
+                if model.idem:
+                    assert r.get(QS.keys.idempotency(model.idem)) == f"{job_id}|done"
+
+        @precondition(lambda self: self.ids("processing"))
+        @rule(data=st.data(), delay=st.sampled_from([0, 60_000, None]))
+        def fail(self, data, delay):
+            job_id = data.draw(st.sampled_from(self.ids("processing")))
+            model = self.jobs[job_id]
+            with pytest.raises(errors.LeaseLost):
+                scripts.run(r, fail_op(QS, (job_id, model.lease - 1), error="stale", retry_delay_ms=0,
+                                       worker_id="w"))
+            result = scripts.run(r, fail_op(QS, (job_id, model.lease), error="boom",
+                                            retry_delay_ms=delay, worker_id="w"))
+            dead = delay is None or model.attempt >= QS.max_attempts
+            assert result.outcome == ("dead" if dead else "retrying")
+            model.status, model.due = ("dead", False) if dead else ("retrying", delay == 0)
+
+        @precondition(lambda self: self.ids("processing"))
+        @rule(data=st.data())
+        def release(self, data):
+            job_id = data.draw(st.sampled_from(self.ids("processing")))
+            model = self.jobs[job_id]
+            assert scripts.run(r, release_op(QS, [(job_id, model.lease)], worker_id="w",
+                                             reason="stop")) == [True]
+            model.status, model.attempt = "queued", model.attempt - 1
+
+        @rule()
+        def expire_leases_and_reap(self):
+            for job_id in self.ids("processing"):
+                r.zadd(QS.keys.processing, {job_id: 0})
+            result = self.queue.reap()
+            expected_dead = 0
+            for job_id in self.ids("processing"):
+                model = self.jobs[job_id]
+                if model.attempt >= QS.max_attempts:
+                    model.status = "dead"
+                    expected_dead += 1
+                else:
+                    model.status = "queued"
+            for job_id in self.ids("retrying"):
+                if self.jobs[job_id].due:
+                    self.jobs[job_id].status = "queued"
+            assert result.dead == expected_dead
+
+        @rule()
+        def replay(self):
+            replayed = self.queue.replay()
+            assert sorted(replayed) == self.ids("dead")
+            for job_id in replayed:
+                self.jobs[job_id].status, self.jobs[job_id].attempt = "queued", 0
+
+        @precondition(lambda self: self.jobs)
+        @rule(data=st.data())
+        def cancel(self, data):
+            job_id = data.draw(st.sampled_from(sorted(self.jobs)))
+            model = self.jobs[job_id]
+            if model.status == "processing":
+                with pytest.raises(errors.JobBusy):
+                    self.queue.cancel(job_id)
+                return
+            assert self.queue.cancel(job_id) == model.status
+            if model.status not in ("done", "cancelled"):
+                model.status = "cancelled"
+                if model.idem and self.markers.get(model.idem) == job_id:
+                    del self.markers[model.idem]
+
+        @invariant()
+        def matches_model(self):
+            assert_invariants(r, QS)
+            for job_id, model in self.jobs.items():
+                fields = r.hgetall(QS.keys.job(job_id))
+                status = fields["status"]
+                if (model.status == "retrying" and status == "retrying") or model.status == status:
+                    pass
+                else:
+                    raise AssertionError(f"{job_id}: redis {status}, model {model.status}")
+                assert int(fields["attempt"]) == model.attempt, (job_id, fields, model)
+            depth = self.queue.stats()
+            assert depth.processing == len(self.ids("processing"))
+            assert depth.dead == len(self.ids("dead"))
+            assert depth.ready == len(self.ids("queued"))
+            assert depth.scheduled == len(self.ids("retrying", "scheduled"))
+
+    return ProtocolMachine
+
+
+def test_protocol_state_machine(redis_client):
+    run_state_machine_as_test(
+        build_machine(redis_client),
+        settings=settings(max_examples=30, stateful_step_count=30, deadline=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture]),
+    )
