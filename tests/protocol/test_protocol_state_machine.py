@@ -156,11 +156,7 @@ def build_machine(r):
             assert_invariants(r, QS)
             for job_id, model in self.jobs.items():
                 fields = r.hgetall(QS.keys.job(job_id))
-                status = fields["status"]
-                if (model.status == "retrying" and status == "retrying") or model.status == status:
-                    pass
-                else:
-                    raise AssertionError(f"{job_id}: redis {status}, model {model.status}")
+                assert fields["status"] == model.status, (job_id, fields, model)
                 assert int(fields["attempt"]) == model.attempt, (job_id, fields, model)
             depth = self.queue.stats()
             assert depth.processing == len(self.ids("processing"))
