@@ -130,9 +130,10 @@ class Reconciler:
     # -- events, only on transitions -------------------------------------------------------------
 
     def _report(self, body: Any, topic: str, *, reason: str, message: str) -> None:
-        """A Warning Event the first time a problem (or a new message for it) shows up."""
-        if self._reported.get(topic) != message:
-            self._reported[topic] = message
+        """A Warning Event when a problem shows up or changes its reason (not per poll: the
+        message of one outage may vary, e.g. "connection refused" after "connection reset")."""
+        if self._reported.get(topic) != reason:
+            self._reported[topic] = reason
             logger.warning("%s/%s: %s: %s", self.namespace, self.name, reason, message)
             kopf.event(body, type="Warning", reason=reason, message=message)
 

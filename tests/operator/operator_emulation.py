@@ -66,6 +66,8 @@ class Emulator(kmock.KubernetesEmulator):
         if request.action == enums.action.CREATE and isinstance(data, dict):
             meta = data.setdefault("metadata", {})
             meta.setdefault("namespace", request.namespace)
+            if not meta.get("name") and meta.get("generateName"):  # kopf's Events use it
+                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
             meta.setdefault("uid", str(uuid.uuid4()))
             meta.setdefault("creationTimestamp",
                             datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
@@ -90,8 +92,12 @@ class Emulator(kmock.KubernetesEmulator):
                 return dict(obj.raw)
         return None
 
+    @property
+    def all_requests(self) -> list[kmock.Request]:
+        return list(self._requests)
+
     def writes(self) -> list[kmock.Request]:
-        return [r for r in self.requests if str(r.method).upper() in WRITE_METHODS]
+        return [r for r in self._requests if method_of(r) in WRITE_METHODS]
 
     def live(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The stored object (a deep copy), or None when absent or deleted."""
@@ -103,6 +109,10 @@ class Emulator(kmock.KubernetesEmulator):
     def events(self, namespace: str) -> list[dict[str, Any]]:
         return [copy.deepcopy(dict(obj.raw)) for (resource, ns, _), obj in self.objects.items()
                 if resource.plural == "events" and ns == namespace and not obj.deleted]
+
+
+def method_of(request: kmock.Request) -> str:
+    return str(getattr(request.method, "value", request.method)).upper()
 
 
 def _merged(old: Any, patch: Any) -> Any:

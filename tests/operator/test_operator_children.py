@@ -7,9 +7,14 @@ the API children go away when the API is disabled; status and printer-column fie
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
-from operator_emulation import condition, create, eventually, jobqueue
+from operator_emulation import condition, create, delete, eventually, jobqueue, object_path, patch
 
 NS = "default"
 
@@ -28,3 +33,65 @@ async def test_children_appear_owned(k8s: Any, operator: Any, redis_url: str) ->
         lambda: (c := condition(k8s.live("jobqueues", NS, "mail"), "Ready")) and
         c["status"] == "True" and c, message="Ready=True")
     assert ready["reason"] == "Reconciled"
+
+
+async def test_children_are_repaired(k8s: Any, operator: Any, redis_url: str) -> None:
+    await create(k8s, jobqueue("fix", NS, redis_url, autoscaling={"pollingIntervalSeconds": 1}))
+    worker = await eventually(lambda: k8s.live("deployments", NS, "fix-worker"),
+                              message="the worker Deployment")
+    image = worker["spec"]["template"]["spec"]["containers"][0]["image"]
+
+    await delete(k8s, object_path("Deployment", NS, "fix-worker"))
+    await eventually(lambda: k8s.live("deployments", NS, "fix-worker"), timeout_s=5,
+                     message="the deleted Deployment re-created")
+    await delete(k8s, object_path("CronJob", NS, "fix-reaper"))
+    await eventually(lambda: k8s.live("cronjobs", NS, "fix-reaper"), timeout_s=5,
+                     message="the deleted CronJob re-created")
+
+    edited = {"spec": {"template": {"spec": {"containers": [{"name": "worker", "image": "evil"}]}}}}
+    await patch(k8s, object_path("Deployment", NS, "fix-worker"), edited)
+    await eventually(lambda: k8s.live("deployments", NS, "fix-worker")["spec"]["template"]["spec"]
+                     ["containers"][0]["image"] == image, timeout_s=5, message="image restored")
+    await patch(k8s, object_path("Deployment", NS, "fix-worker"),
+                {"metadata": {"annotations": {"team": "mail"}}})  # foreign additions stay
+    await eventually(lambda: any(e.get("reason") == "Repaired" for e in k8s.events(NS)),
+                     message="a Repaired Event")
+    live = k8s.live("deployments", NS, "fix-worker")
+    assert live["metadata"]["annotations"] == {"team": "mail"}
+
+
+async def test_api_children_follow_spec_api(k8s: Any, operator: Any, redis_url: str) -> None:
+    api = {"enabled": True, "tokenSecretRef": {"name": "api-token"}, "port": 8080}
+    await create(k8s, jobqueue("web", NS, redis_url, api=api,
+                               autoscaling={"pollingIntervalSeconds": 1}))
+    deployment = await eventually(lambda: k8s.live("deployments", NS, "web-api"),
+                                  message="the API Deployment")
+    service = await eventually(lambda: k8s.live("services", NS, "web-api"),
+                               message="the API Service")
+    assert service["spec"]["ports"][0]["port"] == 8080
+    assert deployment["metadata"]["ownerReferences"][0]["name"] == "web"
+
+    await patch(k8s, object_path("JobQueue", NS, "web"), {"spec": {"api": {"enabled": False}}})
+    await eventually(lambda: k8s.live("deployments", NS, "web-api") is None and
+                     k8s.live("services", NS, "web-api") is None, timeout_s=5,
+                     message="the API children removed")
+
+
+async def test_the_console_script_runs_the_operator(k8s: Any, kubeconfig: Path,
+                                                    redis_url: str) -> None:
+    """`antre-operator` as a process, as the Deployment runs it (not a thread)."""
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    log = kubeconfig.parent / "operator.log"
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "antre_operator", "--all-namespaces", "--standalone",
+            "--metrics-port=0", env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            await create(k8s, jobqueue("cli", NS, redis_url))
+            await eventually(lambda: k8s.live("deployments", NS, "cli-worker"), timeout_s=20,
+                             message=f"the worker Deployment (log: {log})")
+        finally:
+            process.terminate()
+            code = await asyncio.wait_for(process.wait(), timeout=20)
+    assert code == 0, log.read_text()[-3000:]
