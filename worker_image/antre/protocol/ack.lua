@@ -7,7 +7,8 @@
 -- ARGV[3] -> job key prefix, ARGV[4] -> idempotency key prefix, ARGV[5] -> lock key prefix
 -- ARGV[6] -> worker id
 -- ARGV[7..] -> pairs: job id, lease token
--- Returns: one integer per pair: 1 acked, 0 not the lease holder (the ack changed nothing).
+-- Returns: one integer per pair: 1 acked (or already acked with this lease: a retry whose first
+--          reply was lost), 0 not the lease holder (the ack changed nothing).
 -- Errors: none of its own.
 local processing_key, stats_key = KEYS[1], KEYS[2]
 local done_ttl_ms, idem_done_ttl_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -19,7 +20,7 @@ for i = 7, #ARGV, 2 do
   local id, lease = ARGV[i], ARGV[i + 1]
   local job_key = job_prefix .. id
   local f = redis.call('HMGET', job_key, 'status', 'lease', 'idempotency_key', 'resource_key',
-    'events', 'attempt')
+    'events', 'attempt', 'outcome')
   if f[1] == 'processing' and f[2] == lease then
     local n, hfield, hvalue = history_entry(f[5], 'acked', now, f[6], worker, nil)
     redis.call('HSET', job_key, 'status', 'done', 'outcome', 'succeeded', 'updated_at', now,
@@ -30,6 +31,8 @@ for i = 7, #ARGV, 2 do
     end
     release_lock(lock_prefix, f[4], id .. ':' .. lease)
     settled[#settled + 1] = id
+    result[#result + 1] = 1
+  elseif f[1] == 'done' and f[2] == lease and f[7] == 'succeeded' then
     result[#result + 1] = 1
   else
     result[#result + 1] = 0
