@@ -25,9 +25,12 @@ from redis_servers import RedisServer, child_env  # noqa: E402
 
 
 @pytest.fixture
-def fault_redis() -> Iterator[RedisServer]:
-    """A redis-server of this test's own, so it can be killed and restarted."""
-    server = RedisServer("--maxmemory-policy", "noeviction", appendonly=True, appendfsync="always")
+def fault_redis(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
+    """A redis-server of this test's own, so it can be killed and restarted. Durable by default
+    (append-only file, fsync on every write); indirect parametrisation may pass other
+    ``RedisServer`` keyword arguments."""
+    options = {"appendonly": True, "appendfsync": "always", **getattr(request, "param", {})}
+    server = RedisServer("--maxmemory-policy", "noeviction", **options)
     server.start()
     yield server
     server.stop()

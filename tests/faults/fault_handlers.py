@@ -6,7 +6,8 @@ They leave traces in their own key space (never under the queue's prefix), in th
 - ``runs:<job id>``            [String] INCR at the start of every run (executions, duplicates included)
 - ``effects:<key>``            [String] SET NX by the run that performs the effect; ``<key>`` is the
   job's idempotency key, else its id. Holds ``<worker name>:<attempt>`` of the winning run.
-- ``effect_count:<key>``       [String] INCR only when that SET NX won: the idempotent effect count.
+- ``effect_runs:<key>``        [Set] the runs whose SET NX won (idempotent under retries): the effect
+  count, which must never exceed 1.
 - ``finishes:<job id>``        [String] INCR when a run of ``record`` returns (won the effect or not).
 
 Payload fields understood by ``record``:
@@ -63,8 +64,12 @@ def _sleeps_here(payload: dict[str, Any]) -> bool:
 def _effect(job: antre.Job) -> None:
     client = effects_redis()
     key = job.idempotency_key or job.id
-    if with_retry(lambda: client.set(f"effects:{key}", f"{WORKER_NAME}:{job.attempt}", nx=True)):
-        with_retry(lambda: client.incr(f"effect_count:{key}"))
+    mine = f"{WORKER_NAME}:{job.attempt}"
+    won = with_retry(lambda: client.set(f"effects:{key}", mine, nx=True))
+    if not won:  # a retry after a lost reply finds its own value: it won after all
+        won = with_retry(lambda: client.get(f"effects:{key}")) == mine
+    if won:
+        with_retry(lambda: client.sadd(f"effect_runs:{key}", mine))
 
 
 @antre.handler("record")

@@ -86,7 +86,7 @@ def runs(client: redis.Redis, job_id: str) -> int:
 
 def effect_count(client: redis.Redis, key: str) -> int:
     """How many runs performed the idempotent effect keyed ``key`` (must never exceed 1)."""
-    return counter(client, f"effect_count:{key}")
+    return int(client.scard(f"effect_runs:{key}"))
 
 
 def check_invariants(client: redis.Redis, settings: QueueSettings) -> None:
