@@ -36,8 +36,10 @@ class QueueSettings:
         keys.validate_prefix(self.prefix)
         _check_int("max_attempts", self.max_attempts, minimum=1)
         _check_int("max_payload_bytes", self.max_payload_bytes, minimum=1)
-        for name in ("done_ttl_s", "idempotency_ttl_s", "idempotency_done_ttl_s"):
-            _check_number(name, getattr(self, name), minimum=0)
+        _check_number("done_ttl_s", self.done_ttl_s, minimum=0)
+        # Redis refuses a zero expiry, and a key that never dedupes is no idempotency key.
+        _check_number("idempotency_ttl_s", self.idempotency_ttl_s, minimum=0.001)
+        _check_number("idempotency_done_ttl_s", self.idempotency_done_ttl_s, minimum=0.001)
 
     @property
     def keys(self) -> keys.QueueKeys:

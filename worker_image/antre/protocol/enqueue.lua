@@ -32,13 +32,16 @@ for _ = 1, count do
 
   local existing = nil
   if idem_key then
-    existing = redis.call('GET', idem_key)
-    if existing then
-      existing = string.match(existing, '^([^|]+)')
-      -- A key whose job record is gone (purged) no longer protects anything.
-      local job_prefix = string.sub(job_key, 1, #job_key - #id)
-      if redis.call('EXISTS', job_prefix .. existing) == 0 then
-        existing = nil
+    local marker = redis.call('GET', idem_key)
+    if marker then
+      existing = string.match(marker, '^([^|]+)')
+      -- A completed key protects even after the job's record expired; a live marker whose
+      -- record is gone (evicted) protects nothing.
+      if string.sub(marker, -5) ~= '|done' then
+        local job_prefix = string.sub(job_key, 1, #job_key - #id)
+        if redis.call('EXISTS', job_prefix .. existing) == 0 then
+          existing = nil
+        end
       end
     end
   end
