@@ -79,7 +79,7 @@ def login(**_: Any) -> kopf.ConnectionInfo:
 
 
 @kopf.on.startup()
-async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def start(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     state = _state(memo)
     configure_kopf(settings, state.settings)
     try:
@@ -91,7 +91,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
 
 
 @kopf.on.cleanup()
-async def stop(memo: kopf.Memo, **_: Any) -> None:
+async def stop(memo: Any, **_: Any) -> None:
     state = _state(memo)
     if state.kube is not None:
         await state.kube.close()
@@ -99,9 +99,10 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.daemon(*JOBQUEUES, cancellation_timeout=10.0)
-async def serve_jobqueue(body: kopf.Body, namespace: str, name: str, memo: kopf.Memo,
+async def serve_jobqueue(body: kopf.Body, namespace: str | None, name: str, memo: Any,
                          **_: Any) -> None:
     """The reconcile loop of one JobQueue; kopf starts it on create/resume, cancels on delete."""
+    assert namespace is not None, "JobQueues are namespaced"
     state = _state(memo)
     reconciler = reconciling.Reconciler(state, namespace=namespace, name=name)
     wakeup = state.wakeup(namespace, name)
@@ -122,16 +123,16 @@ async def serve_jobqueue(body: kopf.Body, namespace: str, name: str, memo: kopf.
 
 
 @kopf.on.event(*JOBQUEUES)
-async def jobqueue_changed(event: kopf.RawEvent, body: kopf.Body, namespace: str, name: str,
-                     memo: kopf.Memo, **_: Any) -> None:
+async def jobqueue_changed(event: kopf.RawEvent, body: kopf.Body, namespace: str | None,
+                           name: str, memo: Any, **_: Any) -> None:
     """Wake the loop when the spec changed; our own status writes change nothing here."""
-    if event.get("type") in ("ADDED", "MODIFIED", None):
+    if namespace is not None and event.get("type") in ("ADDED", "MODIFIED", None):
         state = _state(memo)
         if state.spec_changed(namespace, name, body.get("spec")):
             state.wakeup(namespace, name).set()
 
 
-def _child_changed(kind: str, event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo) -> None:
+def _child_changed(kind: str, event: kopf.RawEvent, body: kopf.Body, memo: Any) -> None:
     state = _state(memo)
     meta = body.get("metadata") or {}
     key: reconciling.ChildKey = (kind, meta.get("namespace", ""), meta.get("name", ""))
@@ -148,18 +149,18 @@ def _child_changed(kind: str, event: kopf.RawEvent, body: kopf.Body, memo: kopf.
 # Handlers are async: they touch asyncio.Events, which are not thread-safe (kopf runs sync ones
 # in a thread pool).
 @kopf.on.event(*CHILD_RESOURCES["Deployment"], labels=OURS)
-async def deployment_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo,
+async def deployment_changed(event: kopf.RawEvent, body: kopf.Body, memo: Any,
                              **_: Any) -> None:
     _child_changed("Deployment", event, body, memo)
 
 
 @kopf.on.event(*CHILD_RESOURCES["CronJob"], labels=OURS)
-async def cronjob_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo,
+async def cronjob_changed(event: kopf.RawEvent, body: kopf.Body, memo: Any,
                           **_: Any) -> None:
     _child_changed("CronJob", event, body, memo)
 
 
 @kopf.on.event(*CHILD_RESOURCES["Service"], labels=OURS)
-async def service_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo,
+async def service_changed(event: kopf.RawEvent, body: kopf.Body, memo: Any,
                           **_: Any) -> None:
     _child_changed("Service", event, body, memo)

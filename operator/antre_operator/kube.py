@@ -69,11 +69,12 @@ def load_configuration() -> kubernetes.client.Configuration:
     """In-cluster service account credentials, else the kubeconfig (KUBECONFIG or ~/.kube)."""
     configuration = kubernetes.client.Configuration()
     try:
-        kubernetes.config.load_incluster_config(client_configuration=configuration)
+        kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
+            client_configuration=configuration)
     except kubernetes.config.ConfigException:
         # The package reads KUBECONFIG once at import; read it now, as kubectl would.
-        kubernetes.config.load_kube_config(config_file=os.environ.get("KUBECONFIG"),
-                                           client_configuration=configuration)
+        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration)
     return configuration
 
 

@@ -155,14 +155,15 @@ class Reconciler:
         except spec.InvalidSpec as exc:
             self.state.metrics.errors.labels(self.namespace, self.name, "InvalidSpec").inc()
             self._report(body, "spec", reason="InvalidSpec", message=str(exc))
-            problem = status.Problem("InvalidSpec", str(exc))
+            invalid = status.Problem("InvalidSpec", str(exc))
             await self._write_status(body, status.Observation(generation=generation,
-                                                              problem=problem))
+                                                              problem=invalid))
             return INVALID_SPEC_RETRY_S
         self._resolve(body, "spec", reason="SpecValid", message="the spec is valid again")
         interval = float(self.state.settings.polling_interval_override_s
                          or jq.autoscaling.polling_interval_s)
 
+        problem: status.Problem | None
         url, problem = await self._redis_url(jq)
         if problem is not None:
             self.state.metrics.errors.labels(self.namespace, self.name, problem.reason).inc()

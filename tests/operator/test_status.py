@@ -1,0 +1,121 @@
+"""Status and conditions (pure), the CLI's arguments, settings from the environment.
+
+Aspects: the condition matrix (ready, Redis down, bad spec, eviction warning, paused scaling);
+lastTransitionTime only moves on a transition; an unchanged observation gives no patch; the
+oldest age is coarse; CLI flags match what the Helm chart passes; settings validate like arq's
+from_dsn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from antre_operator import kube, settings, status
+from antre_operator.__main__ import parse_args, settings_from_args
+
+NUMBERS = status.QueueNumbers(ready=40, due=2, scheduled=5, processing=3, dead=1,
+                              oldest_ready_age_s=75.5)
+OK = status.Observation(generation=3, numbers=NUMBERS, replicas=2, ready_replicas=1,
+                        desired_replicas=2, selector="a=b", eviction_checked=True)
+
+
+def conditions(obs: status.Observation) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status.conditions_for(obs)}
+
+
+@pytest.mark.parametrize("obs, expected", [
+    pytest.param(OK, {"Ready": ("True", "Reconciled"), "RedisReachable": ("True", "Connected"),
+                      "Scaling": ("True", "Active"), "RedisConfigured": ("True", "NoEviction")},
+                 id="healthy"),
+    pytest.param(status.Observation(generation=1, redis_error="refused", replicas=2),
+                 {"Ready": ("False", "RedisUnreachable"),
+                  "RedisReachable": ("False", "ConnectionFailed"),
+                  "Scaling": ("False", "Paused"), "RedisConfigured": ("Unknown", "NotChecked")},
+                 id="redis-down"),
+    pytest.param(status.Observation(generation=1, problem=status.Problem("InvalidSpec", "x")),
+                 {"Ready": ("False", "InvalidSpec"), "RedisReachable": ("Unknown", "NotChecked"),
+                  "Scaling": ("False", "Paused"), "RedisConfigured": ("Unknown", "NotChecked")},
+                 id="invalid-spec"),
+    pytest.param(status.Observation(generation=1, numbers=NUMBERS, replicas=1,
+                                    eviction_warning="allkeys-lru", eviction_checked=True),
+                 {"Ready": ("True", "Reconciled"), "RedisReachable": ("True", "Connected"),
+                  "Scaling": ("True", "Active"),
+                  "RedisConfigured": ("False", "EvictionPolicy")}, id="eviction-warning"),
+    pytest.param(status.Observation(generation=1, numbers=NUMBERS, replicas=1,
+                                    autoscaling=False),
+                 {"Ready": ("True", "Reconciled"), "RedisReachable": ("True", "Connected"),
+                  "Scaling": ("False", "Disabled"),
+                  "RedisConfigured": ("Unknown", "NotChecked")}, id="fixed-replicas"),
+])
+def test_condition_matrix(obs: status.Observation, expected: dict[str, Any]) -> None:
+    assert conditions(obs) == expected
+
+
+def test_render_status_fields() -> None:
+    doc = status.render_status(OK, previous={}, now="2030-01-01T00:00:00Z")
+    assert doc["observedGeneration"] == 3
+    assert (doc["backlog"], doc["processing"], doc["dead"]) == (42, 3, 1)
+    assert doc["oldestJobAgeSeconds"] == 60
+    assert (doc["replicas"], doc["readyReplicas"], doc["desiredReplicas"]) == (2, 1, 2)
+    assert all(c["lastTransitionTime"] == "2030-01-01T00:00:00Z" for c in doc["conditions"])
+
+
+def test_transition_times_only_move_on_transitions() -> None:
+    first = status.render_status(OK, previous={}, now="2030-01-01T00:00:00Z")
+    same = status.render_status(OK, previous=first, now="2030-01-01T00:05:00Z")
+    assert status.status_patch(same, first) is None, "nothing changed: no write"
+    down = dataclasses.replace(OK, redis_error="refused", eviction_checked=False)
+    later = status.render_status(down, previous=first, now="2030-01-01T00:09:00Z")
+    times = {c["type"]: c["lastTransitionTime"] for c in later["conditions"]}
+    assert times["Ready"] == "2030-01-01T00:09:00Z"
+    assert times["RedisConfigured"] == "2030-01-01T00:09:00Z"  # True -> Unknown is a transition
+    patch = status.status_patch(later, first)
+    assert patch is not None and set(patch) == {"conditions"}
+
+
+def test_status_patch_removes_dropped_fields() -> None:
+    assert status.status_patch({"a": 1}, {"a": 1, "b": 2}) == {"b": None}
+
+
+@pytest.mark.parametrize("age, coarse", [(None, None), (0.4, 0), (59.9, 50), (61, 60),
+                                         (3599, 3540), (7300, 7200)])
+def test_coarse_age(age: float | None, coarse: int | None) -> None:
+    assert status.coarse_age_s(age) == coarse
+
+
+def test_patch_body_removes_emptied_fields() -> None:
+    assert kube.patch_body({"spec": {"nodeSelector": {}, "replicas": 2, "x": [1]}}) == {
+        "spec": {"nodeSelector": None, "replicas": 2, "x": [1]}}
+
+
+@pytest.mark.parametrize("argv, namespaces, peering, port", [
+    pytest.param(["--all-namespaces", "--standalone", "--liveness=http://0.0.0.0:8080/healthz",
+                  "--metrics-port=9999"], (), None, 9999, id="chart-cluster-wide"),
+    pytest.param(["--namespace=a", "--namespace=b", "--standalone"], ("a", "b"), None, 8000,
+                 id="chart-namespaced"),
+    pytest.param(["--all-namespaces", "--peering=antre", "--metrics-port=0"], (), "antre", None,
+                 id="chart-peering-no-metrics"),
+])
+def test_cli_matches_the_chart(argv: list[str], namespaces: tuple[str, ...],
+                               peering: str | None, port: int | None) -> None:
+    ours = settings_from_args(parse_args(argv))
+    assert (ours.namespaces, ours.peering, ours.metrics_port) == (namespaces, peering, port)
+
+
+def test_cli_refuses_conflicting_flags() -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--all-namespaces", "--namespace=a"])
+    with pytest.raises(SystemExit):
+        parse_args(["--standalone", "--peering=x"])
+
+
+def test_settings_from_env() -> None:
+    ours = settings.OperatorSettings.from_env({"ANTRE_OPERATOR_REDIS_TIMEOUT": "2.5"},
+                                              metrics_port=None)
+    assert ours.redis_timeout_s == 2.5 and ours.metrics_port is None
+    with pytest.raises(ValueError, match="ANTRE_OPERATOR_POLLING_INTERVAL: got 'soon'"):
+        settings.OperatorSettings.from_env({"ANTRE_OPERATOR_POLLING_INTERVAL": "soon"})
+    with pytest.raises(ValueError, match="must be > 0"):
+        settings.OperatorSettings.from_env({"ANTRE_OPERATOR_REDIS_TIMEOUT": "0"})
