@@ -90,44 +90,6 @@ def effect_count(client: redis.Redis, key: str) -> int:
 
 
 def check_invariants(client: redis.Redis, settings: QueueSettings) -> None:
-    """Every live job in exactly one structure. Uses the shared ``tests/invariants.py`` when it
-    is there; until then, the minimal check below."""
-    try:
-        from invariants import assert_invariants
-    except ModuleNotFoundError:
-        _minimal_invariants(client, settings)
-    else:
-        assert_invariants(client, settings)
-
-
-_HOME = {"queued": "ready", "processing": "processing", "retrying": "retry", "scheduled": "retry",
-         "dead": "dead", "done": None, "cancelled": None}
-
-
-def _minimal_invariants(client: redis.Redis, settings: QueueSettings) -> None:
-    keys = settings.keys
-    places: dict[str, list[str]] = {}
-    for job_id in client.lrange(keys.ready, 0, -1):
-        places.setdefault(job_id, []).append("ready")
-    for job_id in client.zrange(keys.processing, 0, -1):
-        places.setdefault(job_id, []).append("processing")
-    for job_id in client.zrange(keys.retry, 0, -1):
-        places.setdefault(job_id, []).append("retry")
-    for job_id in client.lrange(keys.dead, 0, -1):
-        places.setdefault(job_id, []).append("dead")
-    statuses = {}
-    for key in client.scan_iter(match=keys.job_prefix.replace("{", "[{]").replace("}", "[}]") + "*",
-                                count=1000):
-        statuses[key[len(keys.job_prefix):]] = client.hget(key, "status")
-    problems = []
-    for job_id, status in statuses.items():
-        want = _HOME.get(status or "", "?")
-        got = places.get(job_id, [])
-        if want == "?":
-            problems.append(f"{job_id}: unknown status {status!r}")
-        elif got != ([want] if want else []):
-            problems.append(f"{job_id}: status {status} but found in {got or 'no structure'}")
-    for job_id, got in places.items():
-        if job_id not in statuses:
-            problems.append(f"{job_id}: in {got} without a job record")
-    assert not problems, "queue invariants broken:\n" + "\n".join(problems[:50])
+    """Every live job in exactly one structure (the shared ``tests/invariants.py``)."""
+    from invariants import assert_invariants
+    assert_invariants(client, settings)
