@@ -16,6 +16,7 @@ Two ways to feed the collector:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from typing import Final
@@ -48,6 +49,7 @@ class DepthCollector(Collector):
         #: Last successful reading per queue name, and whether the last attempt succeeded.
         self._depths: dict[str, Depth] = {}
         self._up: dict[str, bool] = {}
+        self._stopping = asyncio.Event()
 
     def update(self, queue: str, depth: Depth | None) -> None:
         """Records one reading; ``None`` marks the queue unreadable (the last depth is dropped,
@@ -70,9 +72,15 @@ class DepthCollector(Collector):
                 self.update(queue.name, None)
 
     async def refresh_loop(self, queues: Sequence[client.AsyncQueue], interval_s: float = 5.0) -> None:
-        while True:
+        """Reads every ``interval_s`` until :meth:`stop` (or cancellation). The stop flag makes
+        the loop end even if a cancellation is swallowed inside a Redis call."""
+        while not self._stopping.is_set():
             await self.refresh(queues)
-            await asyncio.sleep(interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), interval_s)
+
+    def stop(self) -> None:
+        self._stopping.set()
 
     def _read_sync(self) -> None:
         for queue in self._sync_queues:
