@@ -282,11 +282,11 @@ class Worker:
         if run.lost or run.released:
             return
         run.settling = True
+        if self.metrics is not None:  # every finished run, failed ones included
+            self.metrics.observe(claimed.type, time.monotonic() - run.started, None)
         if failure is None:
             self._acks.append(run)
             self._ack_ready.set()
-            if self.metrics is not None:
-                self.metrics.observe(claimed.type, time.monotonic() - run.started, None)
             return
         await self._fail(run, handler, *failure)
 
