@@ -141,6 +141,8 @@ def run_worker(args: argparse.Namespace) -> int:
 
 async def _serve_worker(url: str, queue_settings: settings.QueueSettings,
                         worker_settings: settings.WorkerSettings) -> int:
+    from antre.client import AsyncQueue
+    from antre.depth_metrics import DepthCollector
     from antre.metrics import WorkerMetrics
     from antre.serving import serve_metrics
     from antre.worker import Worker
@@ -151,13 +153,19 @@ async def _serve_worker(url: str, queue_settings: settings.QueueSettings,
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.stop)
     server = None
+    depth = DepthCollector()  # queue depth, oldest age, live workers, lock contention
     if worker_settings.metrics_port is not None:
+        metrics.registry.register(depth)
+        depth_reads = asyncio.create_task(depth.refresh_loop([AsyncQueue(worker.redis,
+                                                                         settings=queue_settings)]))
         server = await serve_metrics(metrics.registry, port=worker_settings.metrics_port,
                                      healthy=lambda: True)
     try:
         await worker.run()
     finally:
+        depth.stop()
         if server is not None:
+            await asyncio.gather(depth_reads, return_exceptions=True)
             await server.cleanup()
         await worker.redis.aclose()
     return 0
