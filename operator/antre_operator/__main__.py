@@ -1,10 +1,11 @@
 """``antre-operator``: run the JobQueue operator (kopf) for some namespaces or the whole cluster.
 
     antre-operator [--namespace NS ... | --all-namespaces] [--standalone | --peering NAME]
-                   [--metrics-port N] [--liveness URL] [--verbose | --debug]
+                   [--priority N] [--metrics-port N] [--liveness URL] [--verbose | --debug]
 
 Standalone (no peering) by default: one replica. With ``--peering NAME`` several replicas run
-and kopf's peering lets exactly one of them act (the kopf peering CRDs must be installed).
+and kopf's peering lets the one with the highest priority act (the kopf peering CRDs must be
+installed); without ``--priority`` each process picks a random one, so replicas never tie.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import random
 import sys
 import threading
 from collections.abc import Sequence
@@ -36,6 +38,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                          help="run without peering (the default): only one replica may run")
     peering.add_argument("--peering", metavar="NAME",
                          help="coordinate replicas through this kopf peering object")
+    parser.add_argument("--priority", type=int, metavar="N",
+                        help="peering priority; the highest one acts (default: random per "
+                             "process, so replicas of one Deployment never tie)")
     parser.add_argument("--metrics-port", type=int, default=8000, metavar="N",
                         help="serve Prometheus metrics on this port; 0 disables (default 8000)")
     parser.add_argument("--liveness", metavar="URL",
@@ -53,6 +58,7 @@ def settings_from_args(args: argparse.Namespace) -> settings.OperatorSettings:
         namespaces=tuple(args.namespace),
         peering=args.peering,
         metrics_port=args.metrics_port or None,
+        priority=args.priority if args.priority is not None else random.randint(1, 1_000_000),
     )
 
 
@@ -65,6 +71,7 @@ async def run(ours: settings.OperatorSettings, *, stop_flag: threading.Event | N
         namespaces=ours.namespaces,
         standalone=ours.peering is None,
         peering_name=ours.peering,
+        priority=ours.priority,
         liveness_endpoint=liveness,
         memo=kopf.Memo(state=state),
         stop_flag=stop_flag,

@@ -55,9 +55,9 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, ours: settings.Operator
     kopf_settings.watching.connect_timeout = 30
     kopf_settings.networking.request_timeout = 60
     kopf_settings.networking.connect_timeout = 10
-    # Peering (when --peering is given): replicas keep alive often enough to fail over quickly.
+    # Peering (with --peering): a replica that stops renewing its keep-alive for this long is
+    # considered gone, and the next one by priority takes over.
     kopf_settings.peering.lifetime = 60
-    kopf_settings.peering.stealth = True
 
 
 @kopf.on.login()

@@ -65,6 +65,9 @@ class OperatorSettings:
     peering: str | None = None
     """kopf peering object name; None runs standalone (one replica, no peering)."""
 
+    priority: int = 0
+    """kopf peering priority: with --peering, only the highest-priority replica acts."""
+
     metrics_port: int | None = 8000
     """Port of the operator's /metrics; None disables the endpoint."""
 

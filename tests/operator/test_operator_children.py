@@ -11,6 +11,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +96,24 @@ async def test_the_console_script_runs_the_operator(k8s: Any, kubeconfig: Path,
             process.terminate()
             code = await asyncio.wait_for(process.wait(), timeout=20)
     assert code == 0, log.read_text()[-3000:]
+
+
+async def test_deleting_the_jobqueue_releases_it(k8s: Any, operator: Any, redis_url: str) -> None:
+    """kopf's finalizer stops the loop first; the children go with their owner (ownerReferences:
+    the emulator has no garbage collector, so only the owner's disappearance is asserted)."""
+    await create(k8s, jobqueue("gone", NS, redis_url, autoscaling={"pollingIntervalSeconds": 1}))
+    await eventually(lambda: "antre.dev/operator" in
+                     (k8s.live("jobqueues", NS, "gone") or {}).get("metadata", {})
+                     .get("finalizers", []), message="kopf's finalizer")
+    await eventually(lambda: metric_lines(operator, 'jobqueue="gone"'), message="metrics")
+    await delete(k8s, object_path("JobQueue", NS, "gone"))
+    await eventually(lambda: k8s.live("jobqueues", NS, "gone") is None, timeout_s=15,
+                     message="the JobQueue released and deleted")
+    await eventually(lambda: not metric_lines(operator, 'jobqueue="gone"'),
+                     message="its metrics forgotten")
+
+
+def metric_lines(operator: Any, fragment: str) -> list[str]:
+    port = operator.settings.metrics_port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as response:
+        return [line for line in response.read().decode().splitlines() if fragment in line]

@@ -104,6 +104,12 @@ def test_cli_matches_the_chart(argv: list[str], namespaces: tuple[str, ...],
     assert (ours.namespaces, ours.peering, ours.metrics_port) == (namespaces, peering, port)
 
 
+def test_peering_priority() -> None:
+    assert settings_from_args(parse_args(["--peering=x", "--priority=7"])).priority == 7
+    randoms = {settings_from_args(parse_args(["--peering=x"])).priority for _ in range(5)}
+    assert len(randoms) > 1, "replicas of one Deployment must not tie"
+
+
 def test_cli_refuses_conflicting_flags() -> None:
     with pytest.raises(SystemExit):
         parse_args(["--all-namespaces", "--namespace=a"])
