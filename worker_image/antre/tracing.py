@@ -12,8 +12,11 @@ field, and the worker starts its handler span with :func:`span` ``(parent=job.he
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
+
+from antre.jobs import ClaimedJob
 
 try:
     from opentelemetry import context as otel_context
@@ -64,6 +67,54 @@ def inject() -> dict[str, str]:
     carrier: dict[str, str] = {}
     propagate.inject(carrier, context=otel_context.get_current())
     return carrier
+
+
+def recording() -> bool:
+    """True when spans go somewhere: the API is installed and an SDK provider is configured.
+    The worker checks this before doing per-job work for spans it would throw away."""
+    return ENABLED and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def job_context(headers_json: str) -> dict[str, str]:
+    """The trace headers stored in a job (its ``headers`` field, JSON), or {}."""
+    if not headers_json:
+        return {}
+    try:
+        headers = json.loads(headers_json)
+    except ValueError:
+        return {}
+    return {k: v for k, v in headers.items() if k in ("traceparent", "tracestate")} \
+        if isinstance(headers, dict) else {}
+
+
+def record_span(name: str, start_ns: int, end_ns: int,
+                attributes: Mapping[str, AttributeValue | None] | None = None, *,
+                parent: Mapping[str, str] | None = None, error: str | None = None) -> None:
+    """Records an already finished operation (timed by the caller) as a span, for work done
+    for many jobs at once (one claim or ack call) that belongs to each job's own trace."""
+    if not recording():
+        return
+    tracer = trace.get_tracer(TRACER_NAME)
+    ctx = propagate.extract(dict(parent)) if parent else None
+    attrs = {k: v for k, v in (attributes or {}).items() if v is not None}
+    current = tracer.start_span(name, context=ctx, attributes=attrs, start_time=start_ns)
+    if error:
+        current.set_status(Status(StatusCode.ERROR, error))
+    current.end(end_time=end_ns)
+
+
+def record_claim(queue: str, job: ClaimedJob, start_ns: int, end_ns: int) -> None:
+    """The claim of ``job`` and, when it has a resource key, the lock the claim took."""
+    if not recording():
+        return
+    parent = job_context(job.headers_json)
+    attrs: dict[str, AttributeValue | None] = {"antre.queue": queue, "antre.job.id": job.id,
+                                               "antre.job.type": job.type,
+                                               "antre.job.attempt": job.attempt}
+    record_span("antre.claim", start_ns, end_ns, attrs, parent=parent)
+    if job.resource_key:
+        record_span("antre.lock", start_ns, end_ns, {**attrs, "antre.resource_key":
+                                                     job.resource_key}, parent=parent)
 
 
 def set_error(current: Any, message: str) -> None:

@@ -1,0 +1,108 @@
+"""OpenTelemetry spans from producer to worker, with an in-memory SDK exporter.
+
+Covers: POST /v1/queues/<q>/jobs opens ``antre.enqueue`` and stores its context in the job;
+a real in-process worker then records ``antre.claim``, ``antre.lock`` (resource key),
+``antre.handler`` (a consumer span whose parent is the enqueue span) and ``antre.ack``, all in the
+producer's trace; a failing handler's span carries the error status. Without an SDK provider,
+nothing is recorded and no headers are added.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from antre import HandlerRegistry, Permanent, Queue, QueueSettings, WorkerSettings, tracing
+from antre.worker import Worker
+from api.conftest import api_client_for
+
+otel_sdk = pytest.importorskip("opentelemetry.sdk.trace")
+from opentelemetry import trace  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+    InMemorySpanExporter,
+)
+
+EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture(scope="module")
+def exporter() -> Iterator[InMemorySpanExporter]:
+    # The global provider can be set once per process; later modules simply keep recording.
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        provider = otel_sdk.TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+        trace.set_tracer_provider(provider)
+    yield EXPORTER
+
+
+@contextlib.asynccontextmanager
+async def running_worker(redis_url: str, registry: HandlerRegistry) -> AsyncIterator[Worker]:
+    from antre.connection import connect_async
+    client = connect_async(redis_url)
+    worker = Worker(client, QueueSettings(name="tq"), WorkerSettings(
+        visibility_timeout_s=5, reaper_interval_s=0.2, concurrency=2), registry, worker_id="tw")
+    task = asyncio.create_task(worker.run())
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 15)
+        await client.aclose()
+
+
+async def eventually(predicate: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+async def test_spans_follow_the_job_from_producer_to_worker(
+        exporter: InMemorySpanExporter, redis_client: Any, redis_url: str) -> None:
+    exporter.clear()
+    registry = HandlerRegistry()
+
+    @registry.handler("ok")
+    async def ok(job: Any) -> None:
+        return None
+
+    @registry.handler("bad")
+    async def bad(job: Any) -> None:
+        raise Permanent("broken input")
+
+    async with api_client_for(redis_url) as client:
+        first = await (await client.post("/v1/queues/tq/jobs", json={
+            "type": "ok", "resource_key": "acct-1"})).json()
+        second = await (await client.post("/v1/queues/tq/jobs", json={"type": "bad"})).json()
+    queue = Queue(redis_client, "tq")
+    async with running_worker(redis_url, registry):
+        await eventually(lambda: queue.get(first["job_id"]).status == "done"
+                         and queue.get(second["job_id"]).status == "dead")
+        await eventually(lambda: any(s.name == "antre.ack" for s in exporter.get_finished_spans()))
+
+    spans = exporter.get_finished_spans()
+    [enqueue_ok, enqueue_bad] = [s for s in spans if s.name == "antre.enqueue"]
+    trace_ok = [s for s in spans if s.context.trace_id == enqueue_ok.context.trace_id]
+    assert sorted(s.name for s in trace_ok) == ["antre.ack", "antre.claim", "antre.enqueue",
+                                                 "antre.handler", "antre.lock"]
+    handler = next(s for s in trace_ok if s.name == "antre.handler")
+    assert handler.parent is not None and handler.parent.span_id == enqueue_ok.context.span_id
+    assert handler.kind == trace.SpanKind.CONSUMER
+    assert handler.attributes["antre.job.id"] == first["job_id"]
+    lock = next(s for s in trace_ok if s.name == "antre.lock")
+    assert lock.attributes["antre.resource_key"] == "acct-1"
+
+    trace_bad = [s for s in spans if s.context.trace_id == enqueue_bad.context.trace_id]
+    failed = next(s for s in trace_bad if s.name == "antre.handler")
+    assert failed.status.status_code == trace.StatusCode.ERROR
+    assert "broken input" in (failed.status.description or "")
+
+
+def test_without_an_active_span_nothing_is_injected() -> None:
+    assert tracing.inject() == {}
+    assert tracing.job_context("") == {} and tracing.job_context("not json") == {}
