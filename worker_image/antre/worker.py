@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from antre import errors, logs, redis_checks
+from antre import errors, logs, redis_checks, tracing
 from antre.backoff import Backoff
 from antre.errors import LeaseLost, Permanent, RedisUnavailable, Retry
 from antre.handlers import Handler, HandlerRegistry
@@ -204,6 +204,7 @@ class Worker:
             try:
                 # Never cancelled mid-call: a claim whose reply is lost would strand its jobs
                 # until their leases expire.
+                claim_ns = time.time_ns()
                 result = await scripts.run_async(self.redis, claim_op(
                     self.queue, self.settings, worker_id=self.worker_id, max_jobs=free))
             except Exception as exc:  # an outage, or Redis refusing (LOADING, READONLY...)
@@ -215,6 +216,7 @@ class Worker:
                 outages = 0
             if result.jobs:
                 for claimed in result.jobs:
+                    tracing.record_claim(self.queue.name, claimed, claim_ns, time.time_ns())
                     self._start(claimed)
                 continue
             wait_s = IDLE_WAIT_S
@@ -302,15 +304,18 @@ class Worker:
         )
         timeout_s = handler.timeout_s or self.settings.job_timeout_s
         try:
-            if handler.is_async:
-                outcome = handler.fn(job)
-            else:
-                assert self._loop is not None
-                outcome = self._loop.run_in_executor(self._executor, handler.fn, job)
-            if timeout_s is not None:
-                await asyncio.wait_for(outcome, timeout_s)
-            else:
-                await outcome
+            with tracing.span("antre.handler", {"antre.queue": self.queue.name, "antre.job.id":
+                              claimed.id, "antre.job.type": claimed.type, "antre.job.attempt":
+                              claimed.attempt}, parent=job.headers, kind="consumer"):
+                if handler.is_async:
+                    outcome = handler.fn(job)
+                else:
+                    assert self._loop is not None
+                    outcome = self._loop.run_in_executor(self._executor, handler.fn, job)
+                if timeout_s is not None:
+                    await asyncio.wait_for(outcome, timeout_s)
+                else:
+                    await outcome
         except Retry as exc:
             return (f"Retry: {exc}", exc.delay, False)
         except Permanent as exc:
@@ -358,12 +363,19 @@ class Worker:
                 self._acks_idle.clear()
                 batch, self._acks = self._acks, []
                 leases = [(run.claimed.id, run.claimed.lease) for run in batch]
+                ack_ns = time.time_ns()
                 try:
                     held = await self._settle(ack_op(self.queue, leases, worker_id=self.worker_id))
                 except RedisUnavailable:
                     # Out of budget: the leases have expired and the reaper redelivers them.
                     held = [False] * len(batch)
+                acked_ns = time.time_ns()
                 for run, ok in zip(batch, held, strict=True):
+                    if tracing.recording():
+                        tracing.record_span("antre.ack", ack_ns, acked_ns, {
+                            "antre.job.id": run.claimed.id, "antre.batch": len(batch)},
+                            parent=tracing.job_context(run.claimed.headers_json),
+                            error=None if ok else "lease lost")
                     if self._held.get(run.claimed.id) is run:
                         del self._held[run.claimed.id]
                     if ok:
