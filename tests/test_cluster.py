@@ -1,0 +1,204 @@
+"""antre against a local three-node Redis Cluster, reached through ``redis+cluster://``.
+
+Covers, for two queues whose hash tags land in slots served by different nodes: enqueue,
+enqueue_many, claim, ack, fail -> retry -> claim again, reap of an expired lease, depth; then an
+in-process :class:`antre.worker.Worker` on the asyncio cluster client draining a few hundred jobs.
+Every scenario ends with the queue invariant, read from the node that owns the queue's slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from antre import HandlerRegistry, Job, Queue, QueueSettings, WorkerSettings, connection
+from antre.protocol import scripts
+from antre.protocol.claim import claim_op
+from antre.protocol.settle import ack_op, fail_op
+from antre.worker import Worker
+from invariants import assert_invariants
+from redis_servers import RedisServer, wait_until
+
+pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="needs redis-cli")
+
+
+class Cluster:
+    def __init__(self, nodes: list[RedisServer]) -> None:
+        self.nodes = nodes
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+
+    def owner(self, key: str) -> redis.Redis:
+        """A plain client on the primary serving ``key``'s slot."""
+        with redis.Redis(port=self.nodes[0].port, decode_responses=True) as seed:
+            slot = int(seed.execute_command("CLUSTER", "KEYSLOT", key))
+            for start, end, primary, *_ in seed.execute_command("CLUSTER", "SLOTS"):
+                if start <= slot <= end:
+                    return redis.Redis(host="127.0.0.1", port=int(primary[1]), decode_responses=True)
+        raise AssertionError(f"no node serves slot {slot}")
+
+
+def _cluster_ok(port: int) -> bool:
+    with redis.Redis(port=port, decode_responses=True) as client:
+        info = client.execute_command("CLUSTER", "INFO")
+    text = info if isinstance(info, str) else str(info)
+    return "cluster_state:ok" in text and "cluster_known_nodes:3" in text
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is valid and free too: ephemeral ports
+    from ``free_port`` are often above 55535."""
+    for _ in range(200):
+        port = random.randint(20000, 45000)
+        if _bindable(port) and _bindable(port + 10000):
+            return port
+    raise AssertionError("no free port pair for a cluster node")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    nodes: list[RedisServer] = []
+    try:
+        for _ in range(3):
+            node = RedisServer("--cluster-enabled", "yes", "--cluster-node-timeout", "5000",
+                               port=cluster_port())
+            node.args += ["--cluster-config-file", str(node.dir / "nodes.conf")]
+            nodes.append(node.start())
+        subprocess.run(
+            ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in nodes),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, capture_output=True, timeout=60)
+        for node in nodes:
+            wait_until(lambda port=node.port: _cluster_ok(port), timeout_s=30,
+                       message=f"cluster_state:ok on node {node.port}")
+        yield Cluster(nodes)
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def queues_on_different_nodes(cluster: Cluster) -> tuple[QueueSettings, QueueSettings]:
+    first = QueueSettings(name="orders")
+    first_node = cluster.owner(first.keys.ready).connection_pool.connection_kwargs["port"]
+    for candidate in ("emails", "invoices", "reports", "thumbnails", "webhooks", "exports"):
+        second = QueueSettings(name=candidate)
+        if cluster.owner(second.keys.ready).connection_pool.connection_kwargs["port"] != first_node:
+            return first, second
+    raise AssertionError("no candidate queue name hashes to another node")
+
+
+@pytest.fixture
+def queue_pair(cluster: Cluster) -> Iterator[tuple[QueueSettings, QueueSettings]]:
+    pair = queues_on_different_nodes(cluster)
+    yield pair
+    for node in cluster.nodes:
+        with redis.Redis(port=node.port) as client:
+            client.flushall()
+
+
+def check_invariants(cluster: Cluster, settings: QueueSettings) -> None:
+    with cluster.owner(settings.keys.ready) as client:
+        assert_invariants(client, settings)
+
+
+def test_protocol_operations_over_the_cluster(
+        cluster: Cluster, queue_pair: tuple[QueueSettings, QueueSettings]) -> None:
+    client = connection.connect(cluster.url)
+    assert isinstance(client, redis.cluster.RedisCluster)
+    short_lease = WorkerSettings(visibility_timeout_s=1.0)
+    slots = {client.keyslot(settings.keys.ready) for settings in queue_pair}
+    assert len(slots) == 2, "the two queues must hash to different slots"
+
+    for settings in queue_pair:
+        queue = Queue(client, settings=settings)
+        first = queue.enqueue("work", {"n": 0}, idempotency_key=f"{settings.name}-0")
+        assert first.created
+        assert queue.enqueue("work", {"n": 0}, idempotency_key=f"{settings.name}-0") == type(first)(
+            first.job_id, False), "idempotent enqueue returns the existing job"
+        many = queue.enqueue_many([("work", {"n": n}) for n in range(1, 6)])
+        assert len({r.job_id for r in many}) == 5
+        assert queue.stats().ready == 6
+
+        # claim + ack
+        claimed = scripts.run(client, claim_op(settings, short_lease, worker_id="w1", max_jobs=2)).jobs
+        assert [job.id for job in claimed] == [first.job_id, many[0].job_id], "FIFO"
+        acks = scripts.run(client, ack_op(settings, [(j.id, j.lease) for j in claimed], worker_id="w1"))
+        assert acks == [True, True]
+        assert queue.get(first.job_id).status == "done"
+
+        # fail -> retry -> claimed again with the next attempt
+        [job] = scripts.run(client, claim_op(settings, short_lease, worker_id="w1", max_jobs=1)).jobs
+        failed = scripts.run(client, fail_op(settings, (job.id, job.lease), error="boom",
+                                             retry_delay_ms=0, worker_id="w1"))
+        assert failed.outcome == "retrying"
+        assert queue.get(job.id).status == "retrying"
+        [again] = scripts.run(client, claim_op(settings, short_lease, worker_id="w2", max_jobs=1)).jobs
+        assert again.id == job.id and again.attempt == 2
+        assert scripts.run(client, ack_op(settings, [(again.id, again.lease)], worker_id="w2")) == [True]
+
+        # reap: a lease left to expire is requeued, and its late ack refused
+        [lost] = scripts.run(client, claim_op(settings, short_lease, worker_id="w3", max_jobs=1)).jobs
+        wait_until(lambda queue=queue: queue.stats().expired_leases == 1, timeout_s=5,
+                   message="the lease to expire")
+        assert queue.reap().requeued == 1
+        assert queue.get(lost.id).status == "queued"
+        assert scripts.run(client, ack_op(settings, [(lost.id, lost.lease)], worker_id="w3")) == [False]
+
+        depth = queue.stats()
+        assert (depth.ready, depth.processing, depth.scheduled, depth.dead) == (3, 0, 0, 0)
+        assert depth.counters["done"] == 3
+        check_invariants(cluster, settings)
+    client.close()
+
+
+async def test_worker_drains_jobs_over_the_cluster(
+        cluster: Cluster, queue_pair: tuple[QueueSettings, QueueSettings]) -> None:
+    settings = queue_pair[1]
+    total = 300
+    producer = Queue(connection.connect(cluster.url), settings=settings)
+    ids = [r.job_id for r in producer.enqueue_many(("noop", {"n": n}) for n in range(total))]
+
+    seen: list[int] = []
+    registry = HandlerRegistry()
+
+    @registry.handler("noop")
+    async def noop(job: Job) -> None:
+        seen.append(job.payload["n"])
+
+    worker = Worker(connection.connect_async(cluster.url), settings,
+                    WorkerSettings(concurrency=8, visibility_timeout_s=5.0, reaper_interval_s=0.5),
+                    registry)
+    running = asyncio.create_task(worker.run())
+    started = time.monotonic()
+    try:
+        while producer.stats().counters.get("done", 0) < total:
+            assert time.monotonic() - started < 60, "worker did not drain the queue in time"
+            assert not running.done(), f"worker stopped: {running}"
+            await asyncio.sleep(0.05)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(running, timeout=15)
+        await worker.redis.aclose()
+    assert sorted(seen) == list(range(total)), "every job ran exactly once"
+    assert worker.succeeded == total
+    assert {producer.get(job_id).status for job_id in ids} == {"done"}
+    check_invariants(cluster, settings)
+    producer.close()
