@@ -31,7 +31,7 @@ NAMESPACED: Grants = (
     | {("antre.dev", "jobqueues/status", "patch")}
     | {(g, r, v) for g, r in (("apps", "deployments"), ("batch", "cronjobs"), ("", "services"))
        for v in ("get", "list", "watch", "create", "patch", "delete")}
-    | {("", "pods", v) for v in ("list", "watch", "patch")}
+    | {("", "pods", v) for v in ("list", "patch")}
     | {("", "secrets", "get")}
     | {("", "events", "create")}
 )

@@ -29,10 +29,11 @@ Rules on namespaced resources: JobQueues and the children rendered from them.
 - apiGroups: [""]
   resources: [services]
   verbs: [get, list, watch, create, patch, delete]
-# Worker pods: annotate controller.kubernetes.io/pod-deletion-cost so idle pods go first.
+# Worker pods: list them (by label) and annotate controller.kubernetes.io/pod-deletion-cost so
+# idle pods go first on scale-down. No watch: the operator reads them only before scaling down.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, watch, patch]
+  verbs: [list, patch]
 # Read the Secret named by a JobQueue's spec.redis.urlSecretRef (never list: only by name).
 - apiGroups: [""]
   resources: [secrets]
