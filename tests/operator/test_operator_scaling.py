@@ -38,7 +38,8 @@ async def test_scale_up_down_and_to_zero(k8s: Any, operator: Any, redis_url: str
         await queue.close()
     enqueued_at = time.monotonic()
     await eventually(lambda: replicas(k8s, "burst") == 5, timeout_s=5, message="5 replicas")
-    assert time.monotonic() - enqueued_at <= 2 * FAST["pollingIntervalSeconds"] + 0.5
+    # Within two polling intervals (plus a second of slack for a loaded CI machine).
+    assert time.monotonic() - enqueued_at <= 2 * FAST["pollingIntervalSeconds"] + 1.0
 
     jq = await eventually(lambda: (o := k8s.live("jobqueues", NS, "burst")) and
                           o["status"].get("backlog") == 500 and o, message="status backlog")
