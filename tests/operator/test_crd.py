@@ -244,3 +244,9 @@ def test_operator_applies_the_crd_defaults(crd_schema: dict[str, Any]) -> None:
     assert len(list(defaults_of(spec_schema))) > 20
     assert raw.worker.image == settings.DEFAULT_WORKER_IMAGE
     rendering.check_name(raw.name)
+
+
+def test_crd_is_a_valid_object(crd: dict[str, Any]) -> None:
+    import kubernetes_validate
+
+    kubernetes_validate.validate(crd, "1.30", strict=True)
