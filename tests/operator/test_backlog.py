@@ -1,0 +1,82 @@
+"""Measuring a queue through the antre package, against a real Redis.
+
+Aspects: depth in one script call (ready, due, processing, dead, oldest age); jobs in flight per
+pod from the worker registry; an unreachable Redis becomes RedisReadError with the password
+redacted and a deadline; the eviction-policy check.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import antre
+import pytest
+import redis
+import redis.asyncio
+from antre.protocol import scripts
+from antre.protocol.lease import extend_op
+from antre.settings import QueueSettings
+from antre_operator import backlog
+from redis_servers import free_port, running_redis
+
+
+def script_calls(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
+async def test_depth_in_one_round_trip(redis_url: str, redis_client: redis.Redis) -> None:
+    antre.Queue(redis_client, "depth").enqueue_many([("noop", {})] * 7)
+    reader = backlog.QueueReader(redis_url, queue="depth", prefix="antre", timeout_s=2)
+    try:
+        await reader.read()  # loads the script once
+        before = script_calls(redis_client)
+        reading = await reader.read()
+        assert script_calls(redis_client) - before == 1
+    finally:
+        await reader.close()
+    assert reading.numbers.ready == 7 and reading.numbers.backlog == 7
+    assert reading.numbers.processing == 0 and reading.in_flight == 0
+    assert reading.numbers.oldest_ready_age_s is not None and reading.numbers.oldest_ready_age_s >= 0
+
+
+async def test_jobs_in_flight_by_pod(redis_url: str, redis_client: redis.Redis) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        for worker_id, pod, in_flight in (("w1", "p-a", 2), ("w2", "p-a", 1), ("w3", "p-b", 0)):
+            entry = {"pod": pod, "host": pod, "pid": 1, "in_flight": in_flight,
+                     "concurrency": 4, "started_at_ms": int(time.time() * 1000)}
+            await scripts.run_async(client, extend_op(
+                QueueSettings(name="reg"), [], lease_ms=60_000, worker_id=worker_id,
+                registry_entry_json=json.dumps(entry), registry_ttl_ms=60_000))
+    finally:
+        await client.aclose()
+    reader = backlog.QueueReader(redis_url, queue="reg", prefix="antre", timeout_s=2)
+    try:
+        assert await reader.jobs_in_flight_by_pod() == {"p-a": 3, "p-b": 0}
+    finally:
+        await reader.close()
+
+
+async def test_unreachable_redis_is_a_read_error_without_the_password() -> None:
+    url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
+    reader = backlog.QueueReader(url, queue="q", prefix="antre", timeout_s=1)
+    started = time.monotonic()
+    try:
+        with pytest.raises(backlog.RedisReadError) as info:
+            await reader.read()
+    finally:
+        await reader.close()
+    assert "hunter2" not in str(info.value) and "***" in str(info.value)
+    assert time.monotonic() - started < 3
+
+
+async def test_eviction_policy_warning() -> None:
+    with running_redis("--maxmemory-policy", "volatile-lru") as server:
+        reader = backlog.QueueReader(server.url, queue="q", prefix="antre", timeout_s=2)
+        try:
+            warning = await reader.eviction_warning()
+        finally:
+            await reader.close()
+    assert warning is not None and "volatile-lru" in warning
