@@ -308,6 +308,7 @@ class Reconciler:
                 current: int | None, *, error: bool) -> _Decision:
         policy = jq.autoscaling
         if not policy.enabled:
+            self.memory = scaling.ScalerMemory()  # turned on again later: start a fresh window
             return _Decision(jq.replicas, f"spec.replicas is {jq.replicas}")
         if reading is None or error:
             # Never scale on an error: keep what runs (or start at the floor if nothing does).

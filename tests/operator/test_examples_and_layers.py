@@ -18,8 +18,8 @@ import kubernetes_validate
 import pytest
 import yaml
 from antre_operator import rendering
+from operator_admission import admit
 from operator_samples import ROOT, parse
-from test_crd import admit
 
 EXAMPLES = sorted((ROOT / "examples").glob("jobqueue*.yaml"))
 PACKAGE = ROOT / "operator" / "antre_operator"
