@@ -25,7 +25,8 @@ redis.call('ZADD', workers_key, now, worker)
 for i = 7, #ARGV, 2 do
   local id, lease = ARGV[i], ARGV[i + 1]
   local job_key = job_prefix .. id
-  local f = redis.call('HMGET', job_key, 'status', 'lease', 'resource_key', 'events', 'attempt')
+  local f = redis.call('HMGET', job_key, 'status', 'lease', 'resource_key', 'events', 'attempt',
+    'extended_lease')
   local ok = 0
   if f[1] == 'processing' and f[2] == lease then
     ok = 1
@@ -45,8 +46,15 @@ for i = 7, #ARGV, 2 do
     end
     if ok == 1 then
       redis.call('ZADD', processing_key, 'XX', 'GT', deadline, id)
-      local n, hfield, hvalue = history_entry(f[4], 'extended', now, f[5], worker, nil)
-      redis.call('HSET', job_key, 'updated_at', now, 'events', n, hfield, hvalue)
+      if f[6] == lease then
+        -- One history entry per attempt: a long job would otherwise push its own claim out
+        -- of the 32-entry ring. Later beats only stamp the time.
+        redis.call('HSET', job_key, 'updated_at', now, 'extended_at', now)
+      else
+        local n, hfield, hvalue = history_entry(f[4], 'extended', now, f[5], worker, nil)
+        redis.call('HSET', job_key, 'updated_at', now, 'extended_at', now, 'extended_lease', lease,
+          'events', n, hfield, hvalue)
+      end
     end
   end
   result[#result + 1] = ok
