@@ -67,12 +67,11 @@ def login(**_: Any) -> kopf.ConnectionInfo:
         config = kube.load_configuration()
     except kubernetes.config.ConfigException as exc:
         raise kopf.PermanentError(f"no Kubernetes credentials: {exc}") from None
-    token = config.get_api_key_with_prefix("authorization") or ""
     return kopf.ConnectionInfo(
         server=config.host,
         ca_path=config.ssl_ca_cert,
         insecure=not config.verify_ssl,
-        token=token.removeprefix("Bearer ") or None,
+        token=kube.bearer_token(config),
         certificate_path=config.cert_file,
         private_key_path=config.key_file,
     )

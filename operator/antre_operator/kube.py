@@ -78,6 +78,21 @@ def load_configuration() -> kubernetes.client.Configuration:
     return configuration
 
 
+def bearer_token(configuration: kubernetes.client.Configuration) -> str | None:
+    """The bearer token of the loaded credentials, without its "Bearer " prefix.
+
+    The ``kubernetes`` package stores it under "BearerToken" (older releases: "authorization"),
+    usually with the prefix already in the value; reading it runs the refresh hook, so rotated
+    service-account and exec-plugin tokens are current.
+    """
+    for identifier in ("BearerToken", "authorization"):
+        value = configuration.get_api_key_with_prefix(identifier)
+        if value:
+            scheme, _, token = value.partition(" ")
+            return token.strip() if scheme.lower() == "bearer" and token else value.strip()
+    return None
+
+
 def _ssl_context(configuration: kubernetes.client.Configuration) -> ssl.SSLContext | bool:
     if not configuration.host.startswith("https://"):
         return False
@@ -108,9 +123,8 @@ class KubeClient:
         await self._session.close()
 
     def _auth_headers(self) -> dict[str, str]:
-        # Calls the refresh hook of exec/in-cluster credentials, so rotated tokens are used.
-        token = self._config.get_api_key_with_prefix("authorization")
-        return {"Authorization": token} if token else {}
+        token = bearer_token(self._config)
+        return {"Authorization": f"Bearer {token}"} if token else {}
 
     async def request(self, method: str, path: str, *, body: Any = None,
                       query: Mapping[str, str] | None = None,

@@ -34,6 +34,12 @@ async def test_children_appear_owned(k8s: Any, operator: Any, redis_url: str) ->
         lambda: (c := condition(k8s.live("jobqueues", NS, "mail"), "Ready")) and
         c["status"] == "True" and c, message="Ready=True")
     assert ready["reason"] == "Reconciled"
+    # Both kopf and our client authenticate with the kubeconfig's token.
+    agents = {(r.headers.get("User-Agent", "").split("/")[0], r.headers.get("Authorization"))
+              for r in k8s.all_requests}
+    assert ("antre-operator", "Bearer test-token") in agents
+    assert ("kopf", "Bearer test-token") in agents
+    assert all(auth == "Bearer test-token" for agent, auth in agents if agent != "kmock")
 
 
 async def test_children_are_repaired(k8s: Any, operator: Any, redis_url: str) -> None:

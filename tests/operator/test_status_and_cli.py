@@ -125,3 +125,17 @@ def test_settings_from_env() -> None:
         settings.OperatorSettings.from_env({"ANTRE_OPERATOR_POLLING_INTERVAL": "soon"})
     with pytest.raises(ValueError, match="must be > 0"):
         settings.OperatorSettings.from_env({"ANTRE_OPERATOR_REDIS_TIMEOUT": "0"})
+
+
+@pytest.mark.parametrize("api_key, token", [
+    pytest.param({"BearerToken": "bearer abc"}, "abc", id="in-cluster"),
+    pytest.param({"BearerToken": "Bearer xyz"}, "xyz", id="kubeconfig"),
+    pytest.param({"authorization": "Bearer old"}, "old", id="older-client"),
+    pytest.param({}, None, id="none"),
+])
+def test_bearer_token(api_key: dict[str, str], token: str | None) -> None:
+    import kubernetes
+
+    config = kubernetes.client.Configuration()
+    config.api_key = api_key
+    assert kube.bearer_token(config) == token
