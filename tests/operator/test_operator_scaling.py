@@ -17,7 +17,7 @@ import redis
 from operator_emulation import condition, create, eventually, jobqueue, object_path, patch
 
 NS = "default"
-FAST = {"pollingIntervalSeconds": 1, "scaleDownStabilizationSeconds": 2, "cooldownSeconds": 3,
+FAST = {"pollingIntervalSeconds": 1, "scaleDownStabilizationSeconds": 3, "cooldownSeconds": 5,
         "targetBacklogPerReplica": 100, "maxReplicas": 10}
 
 
@@ -53,10 +53,13 @@ async def test_scale_up_down_and_to_zero(k8s: Any, operator: Any, redis_url: str
 
     redis_client.flushall()  # drained: nothing ready, nothing processing
     drained_at = time.monotonic()
-    await eventually(lambda: replicas(k8s, "burst") == 1, timeout_s=8, message="down to 1")
-    assert time.monotonic() - drained_at >= FAST["scaleDownStabilizationSeconds"] - 0.2
-    await eventually(lambda: replicas(k8s, "burst") == 0, timeout_s=8, message="down to 0")
-    assert time.monotonic() - drained_at >= FAST["cooldownSeconds"] - 0.2
+    # The last poll that saw the backlog was at most one interval before the drain; the windows
+    # count from that poll.
+    early = FAST["pollingIntervalSeconds"] + 0.2
+    await eventually(lambda: replicas(k8s, "burst") == 1, timeout_s=10, message="down to 1")
+    assert time.monotonic() - drained_at >= FAST["scaleDownStabilizationSeconds"] - early
+    await eventually(lambda: replicas(k8s, "burst") == 0, timeout_s=10, message="down to 0")
+    assert time.monotonic() - drained_at >= FAST["cooldownSeconds"] - early
 
     with urllib.request.urlopen(f"http://127.0.0.1:{operator.settings.metrics_port}/metrics") as r:
         text = r.read().decode()
