@@ -105,6 +105,7 @@ async def serve_jobqueue(body: kopf.Body, namespace: str | None, name: str, memo
     state = _state(memo)
     reconciler = reconciling.Reconciler(state, namespace=namespace, name=name)
     wakeup = state.wakeup(namespace, name)
+    wakeup.clear()  # set by the creation event itself; the first step comes right away anyway
     try:
         while True:
             try:
