@@ -27,7 +27,9 @@ __all__ = ["handlers", "main", "parse_args", "run"]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="antre-operator", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="antre-operator",
+        description="Run the JobQueue operator (kopf) for some namespaces or the whole cluster.")
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", action="append", default=[], metavar="NS",
                        help="serve JobQueues in this namespace (repeatable; globs allowed)")
