@@ -32,12 +32,15 @@ EXPORTER = InMemorySpanExporter()
 
 @pytest.fixture(scope="module")
 def exporter() -> Iterator[InMemorySpanExporter]:
-    # The global provider can be set once per process; later modules simply keep recording.
+    # The global provider can be set once per process. Afterwards the exporter is shut down,
+    # so later tests in the session keep no spans (the SDK still builds them: a little CPU).
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         provider = otel_sdk.TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
         trace.set_tracer_provider(provider)
     yield EXPORTER
+    EXPORTER.clear()
+    EXPORTER.shutdown()
 
 
 @contextlib.asynccontextmanager
