@@ -306,7 +306,11 @@ def run_dlq(args: argparse.Namespace) -> int:
     return 0
 
 
-@register("cancel", "withdraw a job that is not running")(lambda p: p.add_argument("job_id"))
+def _cancel_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job_id")
+
+
+@register("cancel", "withdraw a job that is not running")(_cancel_args)
 def run_cancel(args: argparse.Namespace) -> int:
     previous = open_queue(args).cancel(args.job_id)
     print(f"job {args.job_id}: was {previous}" + ("" if previous in ("done", "cancelled")

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from antre import connection, errors, redis_checks
+from antre import connection, errors, keys, redis_checks
 from antre.jobs import EnqueueResult, JobInfo
 from antre.protocol import scripts
 from antre.protocol.dead_letter import cancel_op, purge_op, replay_op
@@ -67,8 +67,7 @@ class _QueueBase:
     def __init__(self, redis_client: Any, name: str | None = None, *, prefix: str | None = None,
                  settings: QueueSettings | None = None) -> None:
         if settings is None:
-            settings = QueueSettings(name=name or "default",
-                                     **({"prefix": prefix} if prefix else {}))
+            settings = QueueSettings(name=name or "default", prefix=prefix or keys.DEFAULT_PREFIX)
         elif name is not None and name != settings.name:
             raise errors.InvalidArgument(
                 f"queue name: got {name!r} and settings.name {settings.name!r}; give one"

