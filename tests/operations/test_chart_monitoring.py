@@ -1,18 +1,15 @@
 """The chart's monitoring templates (ServiceMonitor, PodMonitor, dashboard ConfigMap,
-PrometheusRule), rendered with helm on a copy of the chart that has the proposed
-``monitoring`` values and schema (chart_monitoring_values.yaml, chart_monitoring_schema.json)
-merged in, and on the chart as it is.
+PrometheusRule), rendered with helm.
 
-Covers: nothing renders by default (with or without the values block); each object renders
+Covers: nothing renders by default; each object renders
 when enabled, with its labels and selectors; the dashboard is valid JSON with every panel on a
-datasource variable; the four alerts exist with thresholds taken from values; the proposed
-schema rejects unknown keys and bad durations; every proposed value is read by a template.
+datasource variable; the four alerts exist with thresholds taken from values; the
+schema rejects unknown keys and bad durations; every value is read by a template.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -22,8 +19,6 @@ import yaml
 from chart.helm_runner import CHART_DIR, find_helm
 
 HERE = Path(__file__).parent
-PROPOSED_VALUES = (HERE / "chart_monitoring_values.yaml").read_text()
-PROPOSED_SCHEMA = json.loads((HERE / "chart_monitoring_schema.json").read_text())
 ALL_ON = {"monitoring": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True},
                          "dashboard": {"enabled": True}, "prometheusRule": {"enabled": True}}}
 
@@ -31,27 +26,13 @@ ALL_ON = {"monitoring": {"serviceMonitor": {"enabled": True}, "podMonitor": {"en
 @pytest.fixture(scope="module")
 def helm() -> str:
     found = find_helm()
-    if found is None:
-        pytest.skip("helm not found (run scripts/fetch_helm.sh)")
+    assert found is not None, "helm not found: run scripts/fetch_helm.sh"
     return found
 
 
 @pytest.fixture(scope="module")
-def chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The chart with the proposed monitoring values and schema merged in."""
-    target = tmp_path_factory.mktemp("chart") / "antre"
-    shutil.copytree(CHART_DIR, target)
-    values = target / "values.yaml"
-    if "monitoring" not in yaml.safe_load(values.read_text()):
-        values.write_text(values.read_text().rstrip("\n") + "\n\n" + PROPOSED_VALUES)
-    schema_path = target / "values.schema.json"
-    schema = json.loads(schema_path.read_text())
-    if "monitoring" not in schema["properties"]:
-        monitoring = PROPOSED_SCHEMA["monitoring"]
-        monitoring["default"] = yaml.safe_load(PROPOSED_VALUES)["monitoring"]
-        schema["properties"]["monitoring"] = monitoring
-        schema_path.write_text(json.dumps(schema, indent=2))
-    return target
+def chart() -> Path:
+    return CHART_DIR
 
 
 def template(helm: str, chart_dir: Path, values: dict[str, Any], tmp_path: Path,
@@ -74,7 +55,6 @@ def objects(result: subprocess.CompletedProcess[str]) -> dict[str, dict[str, Any
 
 def test_off_by_default(helm: str, chart: Path, tmp_path: Path) -> None:
     assert objects(template(helm, chart, {}, tmp_path)) == {}
-    assert objects(template(helm, CHART_DIR, {}, tmp_path)) == {}  # the chart as it is today
 
 
 def test_every_object_renders_when_enabled(helm: str, chart: Path, tmp_path: Path) -> None:
@@ -138,12 +118,12 @@ def test_pod_monitor_namespaces(helm: str, chart: Path, tmp_path: Path) -> None:
     pytest.param({"monitoring": {"prometheusRule": {"oldestJobTooOld": {"seconds": 0}}}},
                  id="zero-seconds"),
 ])
-def test_proposed_schema_rejects_bad_values(helm: str, chart: Path, tmp_path: Path,
+def test_schema_rejects_bad_monitoring_values(helm: str, chart: Path, tmp_path: Path,
                                             values: dict[str, Any]) -> None:
     assert template(helm, chart, values, tmp_path, check=False).returncode != 0
 
 
-def test_every_proposed_value_is_read_by_a_template() -> None:
+def test_every_monitoring_value_is_read_by_a_template() -> None:
     text = "\n".join(p.read_text() for p in (CHART_DIR / "templates").glob("monitoring-*.yaml"))
 
     def leaves(node: dict[str, Any], prefix: str) -> list[str]:
@@ -154,5 +134,6 @@ def test_every_proposed_value_is_read_by_a_template() -> None:
                 not key.endswith(("labels", "annotations")) else [path]
         return out
 
-    for path in leaves(yaml.safe_load(PROPOSED_VALUES), ""):
+    monitoring = {"monitoring": yaml.safe_load((CHART_DIR / "values.yaml").read_text())["monitoring"]}
+    for path in leaves(monitoring, ""):
         assert f".Values{path}" in text, path
