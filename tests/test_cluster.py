@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import shutil
 import socket
 import subprocess
 import time
@@ -25,8 +24,6 @@ from antre.protocol.settle import ack_op, fail_op
 from antre.worker import Worker
 from invariants import assert_invariants
 from redis_servers import RedisServer, wait_until
-
-pytestmark = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="needs redis-cli")
 
 
 class Cluster:

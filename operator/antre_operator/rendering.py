@@ -255,7 +255,11 @@ def render_reaper_cronjob(jq: spec.JobQueueSpec, owner_uid: str) -> Manifest:
 def render_api_deployment(jq: spec.JobQueueSpec, owner_uid: str) -> Manifest:
     """The HTTP API (`antre api`), authenticated by the bearer token from tokenSecretRef."""
     assert jq.api.token_secret is not None, "spec.py requires tokenSecretRef when the API is on"
-    probe = {"tcpSocket": {"port": "http"}, "periodSeconds": 10, "timeoutSeconds": 3}
+    # /readyz pings Redis, so a pod that lost Redis stops taking traffic; /healthz only says
+    # the process answers, so an outage never restarts it.
+    probe = {"periodSeconds": 10, "timeoutSeconds": 3}
+    readiness = {**probe, "httpGet": {"path": "/readyz", "port": "http"}}
+    liveness = {**probe, "httpGet": {"path": "/healthz", "port": "http"}}
     container = {
         "name": "api",
         "image": jq.worker.image,
@@ -265,8 +269,8 @@ def render_api_deployment(jq: spec.JobQueueSpec, owner_uid: str) -> Manifest:
         "env": [*_redis_env(jq), _secret_env("ANTRE_API_TOKEN", jq.api.token_secret)],
         "ports": [{"name": "http", "containerPort": settings.API_CONTAINER_PORT,
                    "protocol": "TCP"}],
-        "readinessProbe": probe,
-        "livenessProbe": {**probe, "initialDelaySeconds": 10, "failureThreshold": 6},
+        "readinessProbe": readiness,
+        "livenessProbe": {**liveness, "initialDelaySeconds": 10, "failureThreshold": 6},
         "resources": dict(jq.api.resources),
     }
     pod = _pod_spec(jq.worker, [container], grace_s=30)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from antre import connection, errors, keys, redis_checks
+from antre import connection, errors, keys, redis_checks, tracing
 from antre.jobs import EnqueueResult, JobInfo
 from antre.protocol import scripts
 from antre.protocol.dead_letter import cancel_op, purge_op, replay_op
@@ -83,9 +83,10 @@ class _QueueBase:
     def _new_job(self, job_type: str, payload: Any, *, idempotency_key: str | None,
                  resource_key: str | None, max_attempts: int | None,
                  delay: float | timedelta | None, headers: dict[str, str] | None) -> NewJob:
+        # The producer's trace context rides in the job, so the worker's spans join the trace.
         return NewJob(type=job_type, payload=payload, idempotency_key=idempotency_key,
                       resource_key=resource_key, max_attempts=max_attempts,
-                      delay_s=_seconds(delay), headers=headers)
+                      delay_s=_seconds(delay), headers={**tracing.inject(), **(headers or {})} or None)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.settings.name!r}, prefix={self.settings.prefix!r})"
