@@ -19,13 +19,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from antre import keys
+
 from antre_operator import settings
 
 REDIS_SCHEMES: Final = ("redis", "rediss", "redis+cluster", "rediss+cluster")
 SERVICE_TYPES: Final = ("ClusterIP", "NodePort", "LoadBalancer")
 PULL_POLICIES: Final = ("Always", "IfNotPresent", "Never")
-_QUEUE_RE: Final = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
-_PREFIX_RE: Final = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+# The worker refuses any other name, so admission and the operator use the worker's patterns.
+_QUEUE_RE: Final = keys.QUEUE_NAME_PATTERN
+_PREFIX_RE: Final = keys.PREFIX_PATTERN
 _HANDLERS_RE: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*(,[A-Za-z_][A-Za-z0-9_.]*)*$")
 #: Environment variables the operator sets itself; a user value would silently fight ours.
 RESERVED_ENV_PREFIXES: Final = ("ANTRE_",)

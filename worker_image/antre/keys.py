@@ -29,13 +29,14 @@ from antre import errors
 
 DEFAULT_PREFIX: Final = "antre"
 
-# Queue names end up inside a hash tag and in Kubernetes labels: keep them plain.
-_QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
+# Queue names end up inside a hash tag and in Kubernetes labels: keep them plain. The CRD's
+# schema and the operator use the same patterns.
+QUEUE_NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+PREFIX_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 
 
 def validate_queue_name(queue: str) -> str:
-    if not isinstance(queue, str) or not _QUEUE_NAME.match(queue):
+    if not isinstance(queue, str) or not QUEUE_NAME_PATTERN.match(queue):
         raise errors.InvalidArgument(
             f"queue: got {queue!r}; must be 1-128 characters of letters, digits, '.', '_' or '-',"
             " starting with a letter or digit"
@@ -44,7 +45,7 @@ def validate_queue_name(queue: str) -> str:
 
 
 def validate_prefix(prefix: str) -> str:
-    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+    if not isinstance(prefix, str) or not PREFIX_PATTERN.match(prefix):
         raise errors.InvalidArgument(
             f"prefix: got {prefix!r}; must be 1-64 characters of letters, digits, '.', '_', ':'"
             " or '-', starting with a letter or digit"
