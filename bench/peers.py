@@ -49,30 +49,27 @@ class Figures:
     errors: list[str] = field(default_factory=list)
 
 
-def measure(name: str, r: object, url: str, args: argparse.Namespace) -> Figures:
+def measure_run(figures: Figures, run: int, r: object, url: str, args: argparse.Namespace) -> None:
+    """One run of one library: single-call enqueue rate, then drains with 1 and 2 processes."""
     from bench.adapters import load
-    figures = Figures(name)
-    adapter = load(name)
+    adapter = load(figures.name)
     figures.note = adapter.processes_note
     jobs = min(args.jobs, getattr(adapter, "max_drain_jobs", None) or args.jobs)
     if jobs < args.jobs:
         figures.note += f"; drains of {jobs:,} jobs (too slow for {args.jobs:,})"
-    for run in range(args.runs):
-        figures.single.add(h.single_enqueue_rate(adapter, r, args.single_jobs))
-        for processes, series in ((1, figures.drain1), (2, figures.drain2)):
-            result = h.drain_run(adapter, r, url, jobs=jobs, processes=processes)
-            series.add(result.drain_rate)
-            if adapter.has_bulk:
-                figures.bulk.add(result.enqueue_rate)
-            if processes == 1:
-                figures.cmds.add(result.drain_cmds_per_job)
-                figures.scripts.add(result.drain_scripts_per_job)
-                figures.enqueue_cmds.add(result.enqueue_cmds_per_job)
-            print(f"  {name} run {run + 1}, {processes} process(es): drain {result.drain_rate:,.0f} jobs/s"
-                  f", {result.drain_cmds_per_job:.2f} commands/job", flush=True)
-    if args.memory_jobs:
-        figures.memory.add(h.memory_per_job(adapter, r, args.memory_jobs))
-    return figures
+    figures.single.add(h.single_enqueue_rate(adapter, r, args.single_jobs))
+    for processes, series in ((1, figures.drain1), (2, figures.drain2)):
+        result = h.drain_run(adapter, r, url, jobs=jobs, processes=processes)
+        series.add(result.drain_rate)
+        if adapter.has_bulk:
+            figures.bulk.add(result.enqueue_rate)
+        if processes == 1:
+            figures.cmds.add(result.drain_cmds_per_job)
+            figures.scripts.add(result.drain_scripts_per_job)
+            figures.enqueue_cmds.add(result.enqueue_cmds_per_job)
+        print(f"  run {run + 1}, {figures.name}, {processes} process(es): drain "
+              f"{result.drain_rate:,.0f} jobs/s, {result.drain_cmds_per_job:.2f} commands/job; "
+              f"{h.load_line()}", flush=True)
 
 
 def kill_child(name: str) -> int:
@@ -192,18 +189,35 @@ def main() -> int:
     try:
         print(f"redis-server {r.info('server')['redis_version']} on {server.url}; {h.load_line()}",
               flush=True)
-        for name in names if not args.kill_only else []:
-            try:
-                results[name] = measure(name, r, server.url, args)
-            except Exception as exc:
-                print(f"  {name} FAILED: {type(exc).__name__}: {exc}", flush=True)
-                traceback.print_exc(limit=3)
-                results[name] = Figures(name, errors=[f"{type(exc).__name__}: {exc}"[:2000]])
+        # Runs outer, libraries inner: load from other processes on the machine then spreads
+        # over every library instead of landing on whichever ran at that moment.
+        for name in names:
+            results[name] = Figures(name)
+        for run in range(0 if args.kill_only else args.runs):
+            for name in names:
+                figures = results[name]
+                if figures.errors:
+                    continue
+                try:
+                    measure_run(figures, run, r, server.url, args)
+                except Exception as exc:
+                    print(f"  {name} FAILED: {type(exc).__name__}: {exc}", flush=True)
+                    traceback.print_exc(limit=3)
+                    figures.errors.append(f"{type(exc).__name__}: {exc}"[:2000])
+        if args.memory_jobs and not args.kill_only:
+            for name in names:
+                if results[name].errors:
+                    continue
+                try:
+                    from bench.adapters import load
+                    results[name].memory.add(h.memory_per_job(load(name), r, args.memory_jobs))
+                except Exception as exc:
+                    results[name].errors.append(f"memory: {type(exc).__name__}: {exc}"[:2000])
         if not args.no_kill:
             print(f"kill tests ({args.kill_window:.0f} s window, all libraries at once)...", flush=True)
             r.flushall()
             for name, verdict in kill_tests(names, server.url, args.kill_window).items():
-                results.setdefault(name, Figures(name)).kill = verdict
+                results[name].kill = verdict
         report(results, args)
         print(f"\ntotal wall time {time.monotonic() - started:.0f} s")
         return 0
