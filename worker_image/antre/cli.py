@@ -113,8 +113,9 @@ def worker_settings_from_args(args: argparse.Namespace) -> settings.WorkerSettin
     cap = float(args.backoff_max) if args.backoff_max not in (None, "") else None
     if base is not None or cap is not None:
         default = Backoff()
-        values["backoff"] = Backoff(base_s=base or default.base_s,
-                                    max_s=cap if cap is not None else max(default.max_s, base or 0))
+        base_s = base if base is not None else default.base_s
+        values["backoff"] = Backoff(base_s=base_s,
+                                    max_s=cap if cap is not None else max(default.max_s, base_s))
     return settings.WorkerSettings(**values)
 
 

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl
 
 import redis
 import redis.asyncio
@@ -24,14 +24,24 @@ SOCKET_TIMEOUT_S = 15.0
 CONNECT_TIMEOUT_S = 5.0
 
 
+_SECRET_QUERY_KEYS = ("password", "username", "user", "pass")
+
+
 def redact(url: str) -> str:
-    """The URL with its password replaced, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password:
-        host = parts.hostname or ""
-        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
+    """The URL with every secret replaced, for messages and logs: the user info's password
+    (even one with an unescaped '/' or '@') and password or username query parameters
+    (redis-py honours ``?password=``)."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        userinfo, host_and_path = rest.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0] if ":" in userinfo else ""
+        rest = f"{user}:***@{host_and_path}"
+    location, question, query = rest.partition("?")
+    if question:
+        query = "&".join(
+            f"{name}=***" if name.lower() in _SECRET_QUERY_KEYS else f"{name}={value}"
+            for name, value in parse_qsl(query, keep_blank_values=True))
+    return scheme + sep + location + question + query
 
 
 def _split(url: str) -> tuple[bool, str]:
