@@ -160,6 +160,13 @@ class Reconciler:
                                                               problem=invalid))
             return INVALID_SPEC_RETRY_S
         self._resolve(body, "spec", reason="SpecValid", message="the spec is valid again")
+        try:
+            # Right after a restart the watch may not have delivered the worker Deployment yet:
+            # read it, or "nothing cached" would pass for "nothing runs" and scale down at once.
+            await self._observed(self._worker_key(jq))
+        except kube.KubeError as exc:
+            logger.warning("%s/%s: worker Deployment unreadable: %s", self.namespace, self.name,
+                           exc)
         interval = float(self.state.settings.polling_interval_override_s
                          or jq.autoscaling.polling_interval_s)
 

@@ -1,0 +1,114 @@
+"""A dict-backed stand-in for the Kubernetes API, to drive one ``Reconciler.step`` directly.
+
+:class:`FakeKube` subclasses the real :class:`antre_operator.kube.KubeClient` and replaces only
+``request``, so ``get``/``create``/``patch``/``apply`` run their real code. It applies JSON merge
+patches like the API server, stamps resourceVersions and records every request, so tests can
+assert which writes a step made. :func:`reconciler` builds a Reconciler with an empty child cache
+(as right after an operator restart) and records the Events it posts.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+import pytest
+from antre_operator import kube, reconciling, settings
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+class FakeKube(kube.KubeClient):
+    def __init__(self) -> None:  # no session, no configuration
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.requests: list[tuple[str, str, Any]] = []
+        self.fail: BaseException | None = None
+        self._version = 0
+
+    async def close(self) -> None:
+        pass
+
+    def put(self, kind: str, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        """Create an object behind the operator's back (no request recorded)."""
+        obj = json.loads(json.dumps(body))
+        obj.setdefault("metadata", {}).update(name=name, namespace=namespace)
+        self._stamp(obj)
+        self.objects[kube.path_of(kind, namespace, name)] = obj
+
+    def live(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get(kube.path_of(kind, namespace, name))
+
+    def writes(self) -> list[tuple[str, str, Any]]:
+        return [r for r in self.requests if r[0] != "GET"]
+
+    def _stamp(self, obj: dict[str, Any]) -> None:
+        self._version += 1
+        obj["metadata"]["resourceVersion"] = str(self._version)
+
+    async def request(self, method: str, path: str, *, body: Any = None,
+                      query: Mapping[str, str] | None = None,
+                      content_type: str = "application/json") -> Any:
+        self.requests.append((method, path, copy.deepcopy(body)))
+        if self.fail is not None:
+            raise self.fail
+        if method == "GET" and path in self.objects:
+            return copy.deepcopy(self.objects[path])
+        if method == "GET" and path.endswith("/pods"):
+            return {"items": [copy.deepcopy(v) for k, v in self.objects.items()
+                              if k.startswith(path + "/")]}
+        if method == "POST":
+            obj = json.loads(json.dumps(body))
+            target = f"{path}/{obj['metadata']['name']}"
+            if target in self.objects:
+                raise kube.Conflict(409, "already exists")
+            self._stamp(obj)
+            self.objects[target] = obj
+            return copy.deepcopy(obj)
+        subresource = None
+        if path.endswith("/status"):
+            path, subresource = path.removesuffix("/status"), "status"
+        if method == "PATCH" and path in self.objects:
+            obj = merge_patch(self.objects[path], body)
+            del subresource
+            self._stamp(obj)
+            self.objects[path] = obj
+            return copy.deepcopy(obj)
+        if method == "DELETE" and path in self.objects:
+            del self.objects[path]
+            return {}
+        raise kube.KubeError(404, "not found")
+
+
+JOBQUEUE_UID = "uid-1"
+
+
+def jobqueue_body(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": f"{settings.GROUP}/{settings.VERSION}", "kind": settings.KIND,
+            "metadata": {"name": name, "namespace": namespace, "uid": JOBQUEUE_UID,
+                         "generation": 1},
+            "spec": spec}
+
+
+def reconciler(monkeypatch: pytest.MonkeyPatch, fake: FakeKube, *, namespace: str, name: str,
+               ) -> tuple[reconciling.Reconciler, list[dict[str, Any]]]:
+    """A Reconciler as right after an operator restart: nothing cached; Events recorded."""
+    events: list[dict[str, Any]] = []
+    monkeypatch.setattr(kopf, "event", lambda body, **kw: events.append(kw))
+    state = reconciling.OperatorState(
+        settings=settings.OperatorSettings(metrics_port=None, redis_timeout_s=1.0))
+    state.kube = fake
+    return reconciling.Reconciler(state, namespace=namespace, name=name), events

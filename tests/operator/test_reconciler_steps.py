@@ -1,0 +1,62 @@
+"""One ``Reconciler.step`` at a time against a dict-backed API (``operator_fakes.FakeKube``).
+
+Aspects: right after an operator restart (no child cached yet) the first step reads the live
+worker Deployment before deciding, so it never scales down at once, neither with Redis up nor
+with Redis down.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from operator_fakes import FakeKube, jobqueue_body, reconciler
+from redis_servers import free_port
+
+NS = "default"
+
+
+def live_worker(fake: FakeKube, name: str, replicas: int) -> None:
+    fake.put("Deployment", NS, f"{name}-worker", {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"labels": {}}, "spec": {"replicas": replicas}})
+
+
+def spec_for(url: str, **autoscaling: Any) -> dict[str, Any]:
+    return {"redis": {"url": url},
+            "autoscaling": {"minReplicas": 0, "maxReplicas": 10, **autoscaling}}
+
+
+def worker_replicas(fake: FakeKube, name: str) -> int:
+    live = fake.live("Deployment", NS, f"{name}-worker")
+    assert live is not None
+    return int(live["spec"]["replicas"])
+
+
+async def test_first_step_after_restart_with_redis_down_keeps_live_replicas(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeKube()
+    live_worker(fake, "q", 3)
+    rec, events = reconciler(monkeypatch, fake, namespace=NS, name="q")
+    body = jobqueue_body("q", NS, spec_for(f"redis://127.0.0.1:{free_port()}/0"))
+    try:
+        await rec.step(body)
+    finally:
+        await rec.close()
+    assert worker_replicas(fake, "q") == 3
+    assert not [e for e in events if e["reason"] == "Scaled"]
+
+
+async def test_first_step_after_restart_with_idle_queue_does_not_scale_down_at_once(
+        monkeypatch: pytest.MonkeyPatch, redis_url: str) -> None:
+    fake = FakeKube()
+    live_worker(fake, "idle", 3)
+    rec, events = reconciler(monkeypatch, fake, namespace=NS, name="idle")
+    body = jobqueue_body("idle", NS, spec_for(redis_url, scaleDownStabilizationSeconds=60))
+    try:
+        await rec.step(body)
+    finally:
+        await rec.close()
+    # An empty queue recommends 0, but one stabilization window must pass first.
+    assert worker_replicas(fake, "idle") == 3
+    assert not [e for e in events if e["reason"] == "Scaled"]
