@@ -10,6 +10,8 @@ the tests validate each manifest against the Kubernetes OpenAPI schemas.
 from __future__ import annotations
 
 import dataclasses
+import decimal
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -322,12 +324,45 @@ def render_children(jq: spec.JobQueueSpec, owner_uid: str, *, replicas: int) -> 
     return Children(present=tuple(present), absent=tuple(absent))
 
 
-def drifted(desired: Any, live: Any) -> bool:
+_QUANTITY_RE: Final = re.compile(
+    r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
+_BINARY: Final = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+_DECIMAL: Final = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+def parse_quantity(value: Any) -> decimal.Decimal:
+    """A Kubernetes resource quantity ("500m", "1Gi", 2, "1e3") as an exact number."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"not a quantity: {value!r}")
+    match = _QUANTITY_RE.match(str(value).strip())
+    if match is None:
+        raise ValueError(f"not a quantity: {value!r}")
+    number, suffix = decimal.Decimal(match.group(1)), match.group(2) or ""
+    if suffix in _BINARY:
+        return number * decimal.Decimal(1024) ** _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return number.scaleb(_DECIMAL[suffix])
+    if suffix:
+        return number.scaleb(int(suffix[1:]))
+    return number
+
+
+def _same_quantity(desired: Any, live: Any) -> bool:
+    """Equal as Kubernetes quantities: the API server stores them canonically (``cpu: 1`` as
+    "1", "0.5" as "500m", 1024Mi as "1Gi"), so a literal comparison would see drift forever."""
+    try:
+        return bool(parse_quantity(desired) == parse_quantity(live))
+    except (ValueError, decimal.InvalidOperation):
+        return bool(desired == live)
+
+
+def drifted(desired: Any, live: Any, *, quantities: bool = False) -> bool:
     """Does the live object differ from the desired one in anything the operator sets?
 
     Fields the API server or other controllers add (defaults, status, foreign annotations) are
     not drift; an empty or absent desired value matches an absent live one. Lists compare item by
-    item, since a JSON merge patch replaces them whole.
+    item, since a JSON merge patch replaces them whole. Leaves under a ``resources`` key
+    (requests, limits) compare as quantities, whatever form the user wrote them in.
     """
     if isinstance(desired, Mapping):
         if not isinstance(live, Mapping):
@@ -336,13 +371,17 @@ def drifted(desired: Any, live: Any) -> bool:
             if value in (None, {}, []):
                 if live.get(key) not in (None, {}, []):
                     return True
-            elif key not in live or drifted(value, live[key]):
+            elif key not in live or drifted(value, live[key],
+                                            quantities=quantities or key == "resources"):
                 return True
         return False
     if isinstance(desired, list):
         if not isinstance(live, list) or len(desired) != len(live):
             return True
-        return any(drifted(d, v) for d, v in zip(desired, live, strict=True))
+        return any(drifted(d, v, quantities=quantities)
+                   for d, v in zip(desired, live, strict=True))
     if isinstance(desired, bool) or isinstance(live, bool):
         return desired is not live
+    if quantities:
+        return not _same_quantity(desired, live)
     return bool(desired != live)

@@ -8,6 +8,7 @@ drift detection that ignores server-added fields.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import kubernetes_validate
@@ -196,3 +197,26 @@ def test_rendered_object_does_not_drift_from_itself() -> None:
     deployment = all_manifests(FULL)[0]
     edited = {**deployment, "spec": {**deployment["spec"], "replicas": 99}}
     assert rendering.drifted(deployment, edited)
+
+
+@pytest.mark.parametrize("value", [1, "1", "0.5", "500m", "1024Mi", "1Gi", "1e3", "1k", "128Mi",
+                                   0.25, "2E", "1.5Gi", ".5", "100m"])
+def test_parse_quantity_matches_the_kubernetes_package(value: Any) -> None:
+    from kubernetes.utils import parse_quantity
+    assert rendering.parse_quantity(value) == parse_quantity(value)
+
+
+def test_resources_written_non_canonically_do_not_drift() -> None:
+    """The API server stores quantities canonically; comparing literally would patch every poll
+    (and post a "Repaired" Event each time)."""
+    body = {**MINIMAL, "spec": {**MINIMAL["spec"], "worker": {"resources": {
+        "requests": {"cpu": 1, "memory": "1024Mi"}, "limits": {"cpu": "0.5", "memory": 2048}}}}}
+    deployment = rendering.render_children(parse(body), OWNER_UID, replicas=1).present[0]
+    live = copy.deepcopy(deployment)
+    live["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "500m", "memory": "2Ki"}}
+    assert not rendering.drifted(deployment, live)
+    live["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "600m"
+    assert rendering.drifted(deployment, live)
+    # Outside resources, "1" and 1 still differ.
+    assert rendering.drifted({"a": 1}, {"a": "1"})
