@@ -377,6 +377,7 @@ class Reconciler:
         for manifest in children.present:
             key: ChildKey = (manifest["kind"], self.namespace, manifest["metadata"]["name"])
             live = await self._observed(key)
+            manifest = rendering.prune_pod_annotations(manifest, live)
             before = self.state.desired.get(key)
             action, stored = await self.kube.apply(manifest, live)
             self.state.remember_child(key, stored)

@@ -9,6 +9,7 @@ the tests validate each manifest against the Kubernetes OpenAPI schemas.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import decimal
 import re
@@ -150,18 +151,17 @@ def _pod_spec(worker: spec.WorkerSpec, containers: list[dict[str, Any]], *,
     }
     if grace_s is not None:
         pod["terminationGracePeriodSeconds"] = grace_s
-    if worker.service_account_name:
-        pod["serviceAccountName"] = worker.service_account_name
-    else:
-        pod["automountServiceAccountToken"] = False  # our pods never call the Kubernetes API
-    if worker.node_selector:
-        pod["nodeSelector"] = dict(worker.node_selector)
-    if worker.tolerations:
-        pod["tolerations"] = [dict(t) for t in worker.tolerations]
-    if worker.affinity:
-        pod["affinity"] = dict(worker.affinity)
-    if worker.image_pull_secrets:
-        pod["imagePullSecrets"] = [{"name": name} for name in worker.image_pull_secrets]
+    # Every optional field is rendered, empty when the spec has none: patch_body turns an empty
+    # value into null, so a field removed from the JobQueue is removed from the children too.
+    # serviceAccountName is spelled out ("default") rather than nulled: the API server would
+    # otherwise take it back from the deprecated alias serviceAccount, which still names the old
+    # account. The token is mounted only for an account the user named (theirs to use).
+    pod["serviceAccountName"] = worker.service_account_name or "default"
+    pod["automountServiceAccountToken"] = worker.service_account_name is not None
+    pod["nodeSelector"] = dict(worker.node_selector)
+    pod["tolerations"] = [dict(t) for t in worker.tolerations]
+    pod["affinity"] = dict(worker.affinity)
+    pod["imagePullSecrets"] = [{"name": name} for name in worker.image_pull_secrets]
     return pod
 
 
@@ -171,6 +171,45 @@ def _pod_template(jobqueue: str, component: str, worker: spec.WorkerSpec,
     if worker.pod_annotations:
         metadata["annotations"] = dict(worker.pod_annotations)
     return {"metadata": metadata, "spec": pod}
+
+
+def _track_pod_annotations(manifest: Manifest, worker: spec.WorkerSpec) -> Manifest:
+    """Record which pod annotations are ours (see :func:`prune_pod_annotations`)."""
+    if worker.pod_annotations:
+        manifest["metadata"]["annotations"] = {
+            settings.POD_ANNOTATION_KEYS: ",".join(sorted(worker.pod_annotations))}
+    return manifest
+
+
+def _pod_template_metadata(manifest: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    spec_ = manifest.get("spec") or {}
+    if manifest.get("kind") == "CronJob":
+        spec_ = ((spec_.get("jobTemplate") or {}).get("spec")) or {}
+    template = spec_.get("template")
+    return None if template is None else template.get("metadata") or {}
+
+
+def prune_pod_annotations(desired: Manifest, live: Mapping[str, Any] | None) -> Manifest:
+    """``desired`` plus a null for each pod annotation the operator set before (listed in the
+    live child's ``antre.dev/pod-annotation-keys``) that the spec no longer has, so the merge
+    patch removes it. Annotations others put on the pod template (e.g. ``kubectl rollout
+    restart``) are never touched."""
+    if live is None or _pod_template_metadata(desired) is None:
+        return desired
+    live_annotations = (live.get("metadata") or {}).get("annotations") or {}
+    ours_before = {k for k in str(live_annotations.get(settings.POD_ANNOTATION_KEYS) or "")
+                   .split(",") if k}
+    if not ours_before:
+        return desired
+    pruned = copy.deepcopy(desired)
+    template_meta = _pod_template_metadata(pruned)
+    assert isinstance(template_meta, dict)
+    wanted = template_meta.setdefault("annotations", {})
+    for key in sorted(ours_before - set(wanted)):
+        wanted[key] = None
+    if settings.POD_ANNOTATION_KEYS not in (pruned["metadata"].get("annotations") or {}):
+        pruned["metadata"].setdefault("annotations", {})[settings.POD_ANNOTATION_KEYS] = None
+    return pruned
 
 
 def render_worker_deployment(jq: spec.JobQueueSpec, owner_uid: str, *, replicas: int) -> Manifest:
@@ -321,6 +360,9 @@ def render_children(jq: spec.JobQueueSpec, owner_uid: str, *, replicas: int) -> 
         present += [render_api_deployment(jq, owner_uid), render_api_service(jq, owner_uid)]
     else:
         absent += [("Deployment", api_name(jq.name)), ("Service", api_name(jq.name))]
+    for manifest in present:
+        if _pod_template_metadata(manifest) is not None:
+            _track_pod_annotations(manifest, jq.worker)
     return Children(present=tuple(present), absent=tuple(absent))
 
 

@@ -220,3 +220,29 @@ def test_resources_written_non_canonically_do_not_drift() -> None:
     assert rendering.drifted(deployment, live)
     # Outside resources, "1" and 1 still differ.
     assert rendering.drifted({"a": 1}, {"a": "1"})
+
+
+def test_optional_pod_fields_are_rendered_empty_so_a_merge_patch_removes_them() -> None:
+    from antre_operator import kube
+    for manifest in all_manifests(MINIMAL):
+        if manifest["kind"] == "Service":
+            continue
+        template = (manifest["spec"]["jobTemplate"]["spec"]["template"]
+                    if manifest["kind"] == "CronJob" else manifest["spec"]["template"])
+        patch = kube.patch_body(template["spec"])
+        for field in ("nodeSelector", "tolerations", "affinity", "imagePullSecrets"):
+            assert field in patch and patch[field] is None, field
+        assert patch["serviceAccountName"] == "default"
+        assert patch["automountServiceAccountToken"] is False
+
+
+def test_removed_pod_annotations_become_nulls_only_if_they_were_ours() -> None:
+    before = rendering.render_children(parse(FULL), OWNER_UID, replicas=1).present[0]
+    assert before["metadata"]["annotations"] == {
+        settings.POD_ANNOTATION_KEYS: "prometheus.io/scrape"}
+    after = rendering.render_children(parse(MINIMAL), OWNER_UID, replicas=1).present[0]
+    pruned = rendering.prune_pod_annotations(after, before)
+    assert pruned["spec"]["template"]["metadata"]["annotations"] == {"prometheus.io/scrape": None}
+    assert pruned["metadata"]["annotations"] == {settings.POD_ANNOTATION_KEYS: None}
+    assert rendering.prune_pod_annotations(after, None) is after
+    assert rendering.prune_pod_annotations(after, after) is after

@@ -60,3 +60,64 @@ async def test_first_step_after_restart_with_idle_queue_does_not_scale_down_at_o
     # An empty queue recommends 0, but one stabilization window must pass first.
     assert worker_replicas(fake, "idle") == 3
     assert not [e for e in events if e["reason"] == "Scaled"]
+
+
+def pod_templates(fake: FakeKube, name: str) -> list[dict[str, Any]]:
+    worker = fake.live("Deployment", NS, f"{name}-worker")
+    reaper = fake.live("CronJob", NS, f"{name}-reaper")
+    assert worker is not None and reaper is not None
+    return [worker["spec"]["template"], reaper["spec"]["jobTemplate"]["spec"]["template"]]
+
+
+async def test_fields_removed_from_the_spec_are_removed_from_the_children(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeKube()
+    rec, _ = reconciler(monkeypatch, fake, namespace=NS, name="pods")
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    scheduling = {
+        "nodeSelector": {"pool": "batch"},
+        "tolerations": [{"key": "batch", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "pool", "operator": "In", "values": ["batch"]}]}]}}},
+        "imagePullSecrets": [{"name": "registry"}],
+        "podAnnotations": {"prometheus.io/scrape": "true", "team": "media"},
+    }
+    base = {"redis": {"url": url}, "autoscaling": {"enabled": False}, "replicas": 2}
+    try:
+        await rec.step(jobqueue_body("pods", NS, {**base, "worker": scheduling}))
+        for template in pod_templates(fake, "pods"):
+            pod = template["spec"]
+            assert pod["nodeSelector"] == {"pool": "batch"} and pod["tolerations"]
+            assert pod["affinity"] and pod["imagePullSecrets"] == [{"name": "registry"}]
+            assert template["metadata"]["annotations"]["team"] == "media"
+            assert pod["automountServiceAccountToken"] is False
+            # Someone else's annotation on the template (kubectl rollout restart) must stay.
+            template["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = "now"
+
+        # Later the account is added and one annotation kept: the token is mounted now.
+        await rec.step(jobqueue_body("pods", NS, {**base, "worker": {
+            "serviceAccountName": "media", "podAnnotations": {"team": "media"}}}))
+        for template in pod_templates(fake, "pods"):
+            pod = template["spec"]
+            assert pod["serviceAccountName"] == "media"
+            assert pod["automountServiceAccountToken"] is True
+            for field in ("nodeSelector", "tolerations", "affinity", "imagePullSecrets"):
+                assert not pod.get(field), field
+            assert template["metadata"]["annotations"] == {
+                "team": "media", "kubectl.kubernetes.io/restartedAt": "now"}
+
+        # And everything removed.
+        await rec.step(jobqueue_body("pods", NS, base))
+        for template in pod_templates(fake, "pods"):
+            assert template["spec"]["serviceAccountName"] == "default"
+            assert template["spec"]["automountServiceAccountToken"] is False
+            assert template["metadata"]["annotations"] == {
+                "kubectl.kubernetes.io/restartedAt": "now"}
+
+        # Nothing left to change: no more writes to the children.
+        writes = len([w for w in fake.writes() if "/status" not in w[1]])
+        await rec.step(jobqueue_body("pods", NS, base))
+        assert len([w for w in fake.writes() if "/status" not in w[1]]) == writes
+    finally:
+        await rec.close()
