@@ -26,9 +26,10 @@ def server_ms(r: Any) -> int:
 def seed_job(r: Any, qs: QueueSettings, job_id: str, *, status: str = "queued", attempt: int = 0,
              max_attempts: int = 5, lease: int = 0, idempotency_key: str | None = None,
              resource_key: str | None = None, score_ms: int | None = None, job_type: str = "t",
-             payload: Any = None, **extra: Any) -> None:
+             payload: Any = None, worker: str = "w1", **extra: Any) -> None:
     """A job record in ``status``; ``score_ms`` is the lease deadline (processing, default in
-    30 s) or the due time (scheduled/retrying, default already due)."""
+    30 s) or the due time (scheduled/retrying, default already due). A processing job was
+    claimed by ``worker`` (the settle scripts fence on it, with the lease token)."""
     k = qs.keys
     now = server_ms(r)
     fields: dict[str, Any] = {
@@ -40,6 +41,8 @@ def seed_job(r: Any, qs: QueueSettings, job_id: str, *, status: str = "queued", 
         fields["idempotency_key"] = idempotency_key
     if resource_key:
         fields["resource_key"] = resource_key
+    if status == "processing":
+        fields["worker"] = worker
     fields.update(extra)
     r.hset(k.job(job_id), mapping=fields)
     if status == "queued":

@@ -28,6 +28,7 @@ def test_ack_settles_done_marks_key_and_frees_lock(redis_client, qs):
             "id": "a", "type": "t", "payload": "null", "status": "done", "outcome": "succeeded",
             "attempt": "1", "max_attempts": "5", "lease": "3", "schema_version": "1",
             "idempotency_key": "k", "resource_key": "acct", "events": "1", "history": ["acked"],
+            "worker": "w1",
         }},
     }
     assert 0 < redis_client.pttl(qs.keys.job("a")) <= qs.done_ttl_s * 1000

@@ -12,7 +12,8 @@ from protocol_state import dump, run_fresh, seed_job
 
 def test_checkpoint_with_current_token(redis_client, qs):
     seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=2)
-    run_fresh(redis_client, checkpoint_op(qs, ("a", 2), step="charge", value_json='{"id":7}'))
+    run_fresh(redis_client, checkpoint_op(qs, ("a", 2), step="charge", value_json='{"id":7}',
+                                                   worker_id="w1"))
     state = dump(redis_client, qs)
     assert state["jobs"]["a"]["step:charge"] == '{"id":7}'
     assert state["jobs"]["a"]["status"] == "processing"
@@ -27,5 +28,6 @@ def test_checkpoint_with_stale_token_writes_nothing(redis_client, qs, seed):
     seed_job(redis_client, qs, "a", attempt=1, **seed)
     before = dump(redis_client, qs)
     with pytest.raises(errors.LeaseLost):
-        scripts.run(redis_client, checkpoint_op(qs, ("a", 2), step="charge", value_json="1"))
+        scripts.run(redis_client, checkpoint_op(qs, ("a", 2), step="charge", value_json="1",
+                                                              worker_id="w1"))
     assert dump(redis_client, qs) == before

@@ -132,7 +132,8 @@ def test_default_payload_limit_is_256_kib(redis_client, qs, queue):
     pytest.param({"payload": float("nan")}, r"payload: .*JSON-serialisable", id="nan-payload"),
     pytest.param({"max_attempts": 0}, r"max_attempts: got 0; must be an integer >= 1", id="zero-attempts"),
     pytest.param({"max_attempts": True}, r"max_attempts: got True", id="bool-attempts"),
-    pytest.param({"delay": -1}, r"delay: got -1; must be a number of seconds >= 0", id="negative-delay"),
+    pytest.param({"delay": -1}, r"delay: got -1; must be a finite number of seconds >= 0",
+                 id="negative-delay"),
     pytest.param({"idempotency_key": ""}, r"idempotency_key: got ''; must be a non-empty", id="empty-idem"),
     pytest.param({"resource_key": "r" * 513}, r"resource_key: .* at most 512", id="long-resource"),
 ])

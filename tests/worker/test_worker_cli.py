@@ -94,6 +94,8 @@ def test_dlq_list_replay_purge(redis_client, redis_url, capsys):
                  id="bad-json"),
     pytest.param(["job", "nope"], EXIT_NOT_FOUND, "antre job: job nope: no such job", id="unknown-job"),
     pytest.param(["dlq", "list", "--limit", "0"], EXIT_USAGE, "antre dlq: --limit: got 0", id="bad-limit"),
+    pytest.param(["enqueue", "t", "{}", "--delay", "inf"], EXIT_USAGE,
+                 "antre enqueue: delay: got inf; must be a finite number", id="infinite-delay"),
 ])
 def test_user_errors_are_one_line(redis_client, redis_url, capsys, args, code, message):
     assert cli(redis_url, *args) == code

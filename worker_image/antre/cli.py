@@ -228,7 +228,10 @@ def _json_flag(parser: argparse.ArgumentParser) -> None:
 def run_stats(args: argparse.Namespace) -> int:
     queue = open_queue(args)
     depth = queue.stats()
-    warning = queue.eviction_policy_warning()
+    try:
+        warning = queue.eviction_policy_warning()
+    except redis.ResponseError:  # INFO denied by an ACL or renamed on managed Redis
+        warning = None
     data = {
         "queue": queue.name, "ready": depth.ready, "processing": depth.processing,
         "expired_leases": depth.expired_leases, "retry": depth.scheduled, "retry_due": depth.due,
@@ -342,8 +345,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"antre {args.command}: {exc}", file=sys.stderr)
         return EXIT_NOT_FOUND
     except (errors.RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
-        url = connection.redact(getattr(args, "redis_url", ""))
+        url = connection.redact(getattr(args, "redis_url", "") or "")
         print(f"antre {args.command}: Redis at {url} is unreachable: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except (errors.ProtocolError, redis.ResponseError) as exc:  # OOM, NOPERM, READONLY...
+        print(f"antre {args.command}: Redis refused the command: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     except errors.AntreError as exc:
         print(f"antre {args.command}: {exc}", file=sys.stderr)

@@ -6,6 +6,8 @@ client or the worker. Every message names the field, the value and what is allow
 
 from __future__ import annotations
 
+import math
+
 
 class AntreError(Exception):
     """Base class of every error antre raises on purpose."""
@@ -47,8 +49,8 @@ class Retry(Exception):
 
     def __init__(self, reason: str = "retry requested", *, delay: float | None = None) -> None:
         super().__init__(reason)
-        if delay is not None and delay < 0:
-            raise InvalidArgument(f"Retry.delay: got {delay!r}; must be >= 0 seconds")
+        if delay is not None and not (0 <= delay < math.inf):
+            raise InvalidArgument(f"Retry.delay: got {delay!r}; must be a finite number >= 0 seconds")
         self.delay = delay
 
 

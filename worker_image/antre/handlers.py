@@ -46,8 +46,10 @@ class HandlerRegistry:
             )
         if timeout_s is not None and not timeout_s > 0:
             raise errors.InvalidArgument(f"handler {name!r} timeout: got {timeout_s!r}; must be > 0")
-        handler = Handler(name=name, fn=fn, is_async=inspect.iscoroutinefunction(fn),
-                          backoff=backoff, timeout_s=timeout_s)
+        # An object with an async __call__ is a coroutine function too, in all but name.
+        is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            type(fn).__call__)
+        handler = Handler(name=name, fn=fn, is_async=is_async, backoff=backoff, timeout_s=timeout_s)
         self._handlers[name] = handler
         return handler
 

@@ -21,7 +21,8 @@ log = logging.getLogger("antre.heartbeat")
 class Heartbeat:
     def __init__(self, redis: Any, queue: QueueSettings, settings: WorkerSettings, *,
                  worker_id: str, held_leases: Callable[[], list[Lease]],
-                 on_lost: Callable[[str], None], registry_entry: Callable[[], dict[str, Any]],
+                 on_lost: Callable[[str, int], None],
+                 registry_entry: Callable[[], dict[str, Any]],
                  metrics: WorkerMetrics | None = None) -> None:
         self.redis = redis
         self.queue = queue
@@ -43,11 +44,13 @@ class Heartbeat:
             registry_ttl_ms=self.registry_ttl_ms,
         ))
         extended = 0
-        for (job_id, _token), held in zip(leases, result.held, strict=True):
+        for (job_id, token), held in zip(leases, result.held, strict=True):
             if held:
                 extended += 1
             else:
-                self.on_lost(job_id)
+                # The token travels along: by the time this reply arrives the job may hold a
+                # newer lease in this worker, which must not be touched.
+                self.on_lost(job_id, token)
         if self.metrics is not None and extended:
             self.metrics.lease_extensions.labels(self.queue.name).inc(extended)
         return result

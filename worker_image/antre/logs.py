@@ -58,5 +58,13 @@ def job_event(event: str, job: ClaimedJob, *, worker_id: str, level: int = loggi
     lifecycle.log(level, event, extra=extra)
 
 
+def duplicate_event(job_id: str, job_type: str, idempotency_key: str, *, worker_id: str) -> None:
+    """A job the claim settled as done without running it: its idempotency key was done."""
+    if lifecycle.isEnabledFor(logging.INFO):
+        lifecycle.info("duplicate", extra={
+            "event": "duplicate", "job_id": job_id, "job_type": job_type,
+            "idempotency_key": idempotency_key, "worker_id": worker_id})
+
+
 def monotonic_ms() -> float:
     return time.monotonic() * 1000

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
 import os
@@ -42,6 +43,37 @@ IDLE_WAIT_S = 1.0
 OUTAGE_BACKOFF = Backoff(base_s=0.05, max_s=2.0)
 
 
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why a run failed, and how to settle it."""
+
+    error: str
+    #: Retry after this many seconds; None uses the backoff.
+    delay_s: float | None = None
+    #: Straight to dead: retrying is useless.
+    permanent: bool = False
+    #: Leave the resource lock to expire instead of freeing it (the run may still be going).
+    keep_lock: bool = False
+
+
+class _ThreadTimeout(Exception):
+    """A plain ``def`` handler overran its timeout and its thread is still running."""
+
+
+def _headers(headers_json: str) -> dict[str, str]:
+    """The job's headers; anything but a JSON object of strings (a foreign producer's mistake)
+    is ignored rather than failing the job."""
+    if not headers_json:
+        return {}
+    try:
+        decoded = json.loads(headers_json)
+    except ValueError:
+        return {}
+    if not isinstance(decoded, dict):
+        return {}
+    return {str(key): str(value) for key, value in decoded.items()}
+
+
 @dataclass(slots=True, eq=False)
 class Run:
     """One leased job in this process, from claim until its settle call returns."""
@@ -55,6 +87,8 @@ class Run:
     released: bool = False
     #: The handler returned; the ack or fail call now reports the truth about the lease.
     settling: bool = False
+    #: An async handler can be cancelled; a thread cannot, so its slot stays busy until it returns.
+    cancellable: bool = False
 
 
 def default_worker_id() -> str:
@@ -214,10 +248,15 @@ class Worker:
             if outages:
                 log.info("redis reachable again", extra={"worker_id": self.worker_id})
                 outages = 0
+            for duplicate in result.duplicates:
+                logs.duplicate_event(duplicate.id, duplicate.type, duplicate.idempotency_key,
+                                     worker_id=self.worker_id)
             if result.jobs:
                 for claimed in result.jobs:
                     tracing.record_claim(self.queue.name, claimed, claim_ns, time.time_ns())
                     self._start(claimed)
+                continue
+            if result.duplicates:
                 continue
             wait_s = IDLE_WAIT_S
             if result.next_due_ms is not None and result.now_ms is not None:
@@ -256,8 +295,9 @@ class Worker:
 
     def _start(self, claimed: ClaimedJob) -> None:
         run = Run(claimed)
-        if claimed.id in self._held:  # a newer lease of a job we still run: the old run is lost
-            self._lease_lost(claimed.id)
+        previous = self._held.get(claimed.id)
+        if previous is not None:  # a newer lease of a job we still run: the old run is lost
+            self._lease_lost(claimed.id, previous.claimed.lease, "re-claimed under a newer lease")
         self._held[claimed.id] = run
         self._running += 1
         run.task = asyncio.create_task(self._execute(run))
@@ -266,18 +306,12 @@ class Worker:
     async def _execute(self, run: Run) -> None:
         claimed = run.claimed
         handler = self.handlers.get(claimed.type)
-        failure: tuple[str, float | None, bool] | None = None  # (error, delay_s, permanent)
         try:
-            if handler is None:
-                failure = (f"unknown job type {claimed.type!r}; this worker serves "
-                           f"{self.handlers.names}", None, True)
-            else:
-                try:
-                    payload = json.loads(claimed.payload_json)
-                except ValueError as exc:
-                    failure = (f"undecodable payload: {exc}", None, True)
-                else:
-                    failure = await self._call(handler, claimed, payload)
+            try:
+                failure = await self._attempt(handler, run)
+            except Exception as exc:  # a defect of ours or a hostile record: never strand a lease
+                log.exception("internal error running a job", extra={"job_id": claimed.id})
+                failure = Failure(f"internal error: {type(exc).__name__}: {exc}")
         finally:
             self._running -= 1
             self._slot_freed.set()
@@ -290,15 +324,22 @@ class Worker:
             self._acks.append(run)
             self._ack_ready.set()
             return
-        await self._fail(run, handler, *failure)
+        await self._fail(run, handler, failure)
 
-    async def _call(self, handler: Handler, claimed: ClaimedJob,
-                    payload: Any) -> tuple[str, float | None, bool] | None:
+    async def _attempt(self, handler: Handler | None, run: Run) -> Failure | None:
+        claimed = run.claimed
+        if handler is None:
+            return Failure(f"unknown job type {claimed.type!r}; this worker serves "
+                           f"{self.handlers.names}", permanent=True)
+        try:
+            payload = json.loads(claimed.payload_json)
+        except ValueError as exc:
+            return Failure(f"undecodable payload: {exc}", permanent=True)
         job = Job(
             id=claimed.id, type=claimed.type, payload=payload, attempt=claimed.attempt,
             max_attempts=claimed.max_attempts, idempotency_key=claimed.idempotency_key,
             resource_key=claimed.resource_key, created_at_ms=claimed.created_at_ms,
-            headers=json.loads(claimed.headers_json) if claimed.headers_json else {},
+            headers=_headers(claimed.headers_json),
             _record_step=lambda step, value: self._record_step(claimed, step, value),
             _load_steps=lambda: self._load_steps(claimed), _loop=self._loop,
         )
@@ -308,29 +349,51 @@ class Worker:
                               claimed.id, "antre.job.type": claimed.type, "antre.job.attempt":
                               claimed.attempt}, parent=job.headers, kind="consumer"):
                 if handler.is_async:
+                    run.cancellable = True
                     outcome = handler.fn(job)
+                    await (asyncio.wait_for(outcome, timeout_s) if timeout_s is not None else outcome)
                 else:
-                    assert self._loop is not None
-                    outcome = self._loop.run_in_executor(self._executor, handler.fn, job)
-                if timeout_s is not None:
-                    await asyncio.wait_for(outcome, timeout_s)
-                else:
-                    await outcome
+                    await self._call_in_thread(handler, job, timeout_s)
         except Retry as exc:
-            return (f"Retry: {exc}", exc.delay, False)
+            return Failure(f"Retry: {exc}", delay_s=exc.delay)
         except Permanent as exc:
-            return (f"Permanent: {exc}", None, True)
+            return Failure(f"Permanent: {exc}", permanent=True)
         except TimeoutError:
-            return (f"timed out after {timeout_s} s (job timeout)", None, False)
+            return Failure(f"timed out after {timeout_s} s (job timeout)")
+        except _ThreadTimeout:
+            return Failure(f"timed out after {timeout_s} s (job timeout); the handler thread could "
+                           "not be interrupted and may still be running", keep_lock=True)
         except LeaseLost as exc:
-            return (f"lease lost: {exc}", None, False)
+            return Failure(f"lease lost: {exc}")
         except Exception as exc:
-            return (f"{type(exc).__name__}: {exc}", None, False)
+            return Failure(f"{type(exc).__name__}: {exc}")
         return None
+
+    async def _call_in_thread(self, handler: Handler, job: Job, timeout_s: float | None) -> None:
+        """Runs a plain ``def`` handler in the pool. A thread cannot be interrupted: on timeout
+        the job is failed at once (retried with backoff, the resource lock left to expire rather
+        than freed under a running thread), while the thread keeps a concurrency slot until it
+        returns, so a stuck handler never has work piling up behind it."""
+        assert self._loop is not None
+        future = self._loop.run_in_executor(self._executor, handler.fn, job)
+        done, _ = await asyncio.wait({future}, timeout=timeout_s)
+        if not done:
+            self._running += 1
+
+            def free_slot(_: asyncio.Future[Any]) -> None:
+                self._running -= 1
+                self._slot_freed.set()
+
+            future.add_done_callback(free_slot)
+            raise _ThreadTimeout
+        result = future.result()
+        if inspect.isawaitable(result):  # a sync wrapper around a coroutine function
+            await (asyncio.wait_for(result, timeout_s) if timeout_s is not None else result)
 
     async def _record_step(self, claimed: ClaimedJob, step: str, value_json: str) -> None:
         await scripts.run_async(self.redis, checkpoint_op(
-            self.queue, (claimed.id, claimed.lease), step=step, value_json=value_json))
+            self.queue, (claimed.id, claimed.lease), step=step, value_json=value_json,
+            worker_id=self.worker_id))
 
     async def _load_steps(self, claimed: ClaimedJob) -> dict[str, str]:
         fields = await self.redis.hgetall(self.queue.keys.job(claimed.id))
@@ -385,20 +448,21 @@ class Worker:
                         self._outcome(run, "lease_lost")
             self._acks_idle.set()
 
-    async def _fail(self, run: Run, handler: Handler | None, error: str, delay_s: float | None,
-                    permanent: bool) -> None:
+    async def _fail(self, run: Run, handler: Handler | None, failure: Failure) -> None:
         claimed = run.claimed
-        if permanent:
+        if failure.permanent:
             delay_ms = None
-        elif delay_s is not None:
-            delay_ms = int(delay_s * 1000)
+        elif failure.delay_s is not None:
+            delay_ms = int(failure.delay_s * 1000)
         else:
             backoff = (handler.backoff if handler and handler.backoff else self.settings.backoff)
             delay_ms = backoff.delay_ms(claimed.attempt)
+        error = failure.error
         try:
             result = await self._settle(fail_op(self.queue, (claimed.id, claimed.lease),
                                                 error=error, retry_delay_ms=delay_ms,
-                                                worker_id=self.worker_id))
+                                                worker_id=self.worker_id,
+                                                keep_lock=failure.keep_lock))
         except (LeaseLost, RedisUnavailable):
             self._outcome(run, "lease_lost", error=error)
         else:
@@ -431,18 +495,20 @@ class Worker:
         return [(job_id, run.claimed.lease) for job_id, run in self._held.items()
                 if not run.lost and not run.released]
 
-    def _lease_lost(self, job_id: str) -> None:
+    def _lease_lost(self, job_id: str, lease: int,
+                    reason: str = "heartbeat found the lease gone") -> None:
         run = self._held.get(job_id)
-        # A settling run's ack or fail call is in flight; its reply decides the outcome.
-        if run is None or run.lost or run.settling:
+        # Only the run holding that very lease; a settling run's ack or fail call is in flight
+        # and its reply decides the outcome.
+        if run is None or run.claimed.lease != lease or run.lost or run.settling:
             return
         run.lost = True
-        # An async handler stops at its next await; a thread cannot be stopped, its result
-        # is discarded. Either way this run settles nothing.
-        if run.task is not None and not run.task.done():
+        # An async handler stops at its next await. A thread cannot be stopped: its task keeps
+        # the slot until the thread returns, and what it returns is discarded.
+        if run.cancellable and run.task is not None and not run.task.done():
             run.task.cancel()
-        self._held.pop(job_id, None)
-        self._outcome(run, "lease_lost", error="heartbeat found the lease gone")
+        del self._held[job_id]
+        self._outcome(run, "lease_lost", error=reason)
 
     def _registry_entry(self) -> dict[str, Any]:
         return {

@@ -15,10 +15,13 @@
 -- ARGV[8] -> lock_defer_ms (how long a job waits when its resource is busy)
 -- ARGV[9] -> lock_max_deferrals (after that many waits the job goes to dead)
 -- ARGV[10] -> done_ttl_ms (how long a finished record is kept)
--- Returns: {0, next_due_ms or -1, now_ms} when nothing was claimed, else
---          {1, then 10 values per job: id, type, payload, attempt, max_attempts, lease,
---           idempotency_key, resource_key, created_at, headers}
--- Errors: none of its own; jobs whose record vanished are dropped from the queue.
+-- Returns: {0, next_due_ms or -1, now_ms} when nothing was popped, else
+--          {1, n_duplicates, then 3 values per duplicate settled without running: id, type,
+--           idempotency_key; then 10 values per leased job: id, type, payload, attempt,
+--           max_attempts, lease, idempotency_key, resource_key, created_at, headers}
+-- Errors: none of its own. Jobs whose record vanished are dropped from the queue; a record
+--         with unreadable counters is dead-lettered ('malformed record'), never thrown on,
+--         because a runtime error would strand the jobs already popped.
 local ready_key, processing_key, retry_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead_key = KEYS[5]
 local max_jobs, lease_ms, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
@@ -37,19 +40,36 @@ if not ids then
 end
 
 local deadline = now + lease_ms
-local result = {1}
+local result = {}
 local leased = {}
-local duplicates, deferred = 0, 0
+local dups = {}
+local deferred = 0
+
+local function dead_letter(job_key, id, events, attempt, reason)
+  local n, hfield, hvalue = history_entry(events, 'dead', now, attempt, worker, reason)
+  redis.call('HSET', job_key, 'status', 'dead', 'last_error', reason, 'updated_at', now,
+    'died_at', now, 'events', n, hfield, hvalue)
+  redis.call('LPUSH', dead_key, id)
+  redis.call('HINCRBY', stats_key, 'dead', 1)
+end
 
 for _, id in ipairs(ids) do
   local job_key = job_prefix .. id
-  local f = redis.call('HMGET', job_key, 'type', 'payload', 'attempt', 'max_attempts', 'lease',
+  -- pcall: a key of the wrong type must not abort the script with jobs already popped.
+  local f = redis.pcall('HMGET', job_key, 'type', 'payload', 'attempt', 'max_attempts', 'lease',
     'idempotency_key', 'resource_key', 'created_at', 'headers', 'events', 'status',
     'lock_deferrals')
+  if f.err then f = {} end
   local job_type, status = f[1], f[11]
-  if job_type and status == 'queued' then
+  local attempt, lease = tonumber(f[3]), tonumber(f[5])
+  local max_attempts, created_at = tonumber(f[4]), tonumber(f[8])
+  if job_type and status == 'queued' and not (attempt and lease and max_attempts and created_at
+      and f[2]) then
+    dead_letter(job_key, id, f[10], f[3], 'malformed record: attempt, lease, max_attempts, '
+      .. 'created_at and payload must be set (see PROTOCOL.md)')
+  elseif job_type and status == 'queued' then
     local idem, resource = f[6], f[7]
-    local attempt, lease = tonumber(f[3]) + 1, tonumber(f[5]) + 1
+    attempt, lease = attempt + 1, lease + 1
     local outcome = 'run'
     if idem then
       local marker = redis.call('GET', idem_prefix .. idem)
@@ -77,11 +97,11 @@ for _, id in ipairs(ids) do
       result[#result + 1] = job_type
       result[#result + 1] = f[2]
       result[#result + 1] = attempt
-      result[#result + 1] = f[4]
+      result[#result + 1] = max_attempts
       result[#result + 1] = lease
       result[#result + 1] = idem or ''
       result[#result + 1] = resource or ''
-      result[#result + 1] = f[8]
+      result[#result + 1] = created_at
       result[#result + 1] = f[9] or ''
     elseif outcome == 'duplicate' then
       -- The key was completed by another run: settle without calling the handler.
@@ -90,18 +110,15 @@ for _, id in ipairs(ids) do
       redis.call('HSET', job_key, 'status', 'done', 'outcome', 'duplicate', 'updated_at', now,
         'finished_at', now, 'events', n, hfield, hvalue)
       keep_finished(job_key, done_ttl_ms)
-      duplicates = duplicates + 1
+      dups[#dups + 1] = id
+      dups[#dups + 1] = job_type
+      dups[#dups + 1] = idem
     else
       -- Contention is not failure: wait without spending an attempt, but not forever.
       local waits = (tonumber(f[12]) or 0) + 1
       if waits > lock_max_deferrals then
-        local reason = 'resource ' .. resource .. ' stayed locked through ' .. lock_max_deferrals
-          .. ' deferrals'
-        local n, hfield, hvalue = history_entry(f[10], 'dead', now, f[3], worker, reason)
-        redis.call('HSET', job_key, 'status', 'dead', 'last_error', reason, 'updated_at', now,
-          'died_at', now, 'events', n, hfield, hvalue)
-        redis.call('LPUSH', dead_key, id)
-        redis.call('HINCRBY', stats_key, 'dead', 1)
+        dead_letter(job_key, id, f[10], f[3], 'resource ' .. resource .. ' stayed locked through '
+          .. lock_max_deferrals .. ' deferrals')
       else
         local n, hfield, hvalue = history_entry(f[10], 'deferred', now, f[3], worker,
           'resource ' .. resource .. ' busy')
@@ -117,10 +134,9 @@ end
 if #leased > 0 then
   redis.call('ZADD', processing_key, unpack(leased))
 end
-if duplicates > 0 then redis.call('HINCRBY', stats_key, 'duplicate', duplicates) end
+if #dups > 0 then redis.call('HINCRBY', stats_key, 'duplicate', #dups / 3) end
 if deferred > 0 then redis.call('HINCRBY', stats_key, 'lock_deferred', deferred) end
-if #result == 1 then
-  -- Everything popped was settled without running: let the caller claim again at once.
-  return {0, now, now}
-end
-return result
+local reply = {1, #dups / 3}
+for _, value in ipairs(dups) do reply[#reply + 1] = value end
+for _, value in ipairs(result) do reply[#reply + 1] = value end
+return reply

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from antre.jobs import ClaimedJob
@@ -15,12 +15,22 @@ _FIELDS = 10
 
 
 @dataclass(frozen=True, slots=True)
+class Duplicate:
+    """A claimed job whose idempotency key was already done: settled without running."""
+
+    id: str
+    type: str
+    idempotency_key: str
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimResult:
     jobs: list[ClaimedJob]
     #: When nothing was claimed: the due time (ms, Redis clock) of the next scheduled job, or None.
     next_due_ms: int | None
     #: When nothing was claimed: the Redis clock (ms) at the call, to turn next_due_ms into a wait.
     now_ms: int | None
+    duplicates: list[Duplicate] = field(default_factory=list)
 
 
 def _parse(reply: list[Any]) -> ClaimResult:
@@ -28,15 +38,18 @@ def _parse(reply: list[Any]) -> ClaimResult:
         next_due = int(reply[1])
         return ClaimResult(jobs=[], next_due_ms=None if next_due < 0 else next_due,
                            now_ms=int(reply[2]))
+    n_duplicates = int(reply[1])
+    duplicates = [Duplicate(id=reply[i], type=reply[i + 1], idempotency_key=reply[i + 2])
+                  for i in range(2, 2 + 3 * n_duplicates, 3)]
     jobs = []
-    for i in range(1, len(reply), _FIELDS):
+    for i in range(2 + 3 * n_duplicates, len(reply), _FIELDS):
         jobs.append(ClaimedJob(
             id=reply[i], type=reply[i + 1], payload_json=reply[i + 2], attempt=int(reply[i + 3]),
             max_attempts=int(reply[i + 4]), lease=int(reply[i + 5]),
             idempotency_key=reply[i + 6] or None, resource_key=reply[i + 7] or None,
             created_at_ms=int(reply[i + 8]), headers_json=reply[i + 9],
         ))
-    return ClaimResult(jobs=jobs, next_due_ms=None, now_ms=None)
+    return ClaimResult(jobs=jobs, next_due_ms=None, now_ms=None, duplicates=duplicates)
 
 
 def claim_op(settings: QueueSettings, worker_settings: WorkerSettings, *, worker_id: str,

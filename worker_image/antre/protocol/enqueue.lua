@@ -9,12 +9,29 @@
 --              idempotency_key ('' = none), resource_key ('' = none), headers (JSON text or '')
 -- Returns: flat array of pairs {job_id, created} per job; created is 0 when a live
 --          idempotency key returned the existing job id instead.
--- Errors: none of its own.
+-- Errors: ANTRE_INVALID (a job's max_attempts, delay_ms or type is unusable; nothing written).
 local ready_key, retry_key, stats_key = KEYS[1], KEYS[2], KEYS[3]
 local count = tonumber(ARGV[1])
 local idem_ttl_ms = tonumber(ARGV[2])
 local now = now_ms()
 local result = {}
+
+-- Validate every job before writing any: producers in other languages call this script too.
+for j = 0, count - 1 do
+  local base = 3 + j * 8
+  local max_attempts, delay_ms = tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
+  if not max_attempts or max_attempts < 1 or max_attempts % 1 ~= 0 then
+    return redis.error_reply('ANTRE_INVALID job ' .. (j + 1) .. ': max_attempts got '
+      .. tostring(ARGV[base + 3]) .. '; must be an integer >= 1')
+  end
+  if not delay_ms or delay_ms < 0 or delay_ms ~= delay_ms or delay_ms == math.huge then
+    return redis.error_reply('ANTRE_INVALID job ' .. (j + 1) .. ': delay_ms got '
+      .. tostring(ARGV[base + 4]) .. '; must be a number >= 0')
+  end
+  if ARGV[base + 1] == '' then
+    return redis.error_reply('ANTRE_INVALID job ' .. (j + 1) .. ': type must not be empty')
+  end
+end
 local key_index, arg_index, created_total = 4, 3, 0
 
 for _ = 1, count do

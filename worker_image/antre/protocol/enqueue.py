@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,9 +50,9 @@ def encode(settings: QueueSettings, job: NewJob) -> list[ScriptArg]:
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise errors.InvalidArgument(f"max_attempts: got {max_attempts!r}; must be an integer >= 1")
     if isinstance(job.delay_s, bool) or not isinstance(job.delay_s, int | float) or not (
-        job.delay_s >= 0
+        0 <= job.delay_s < math.inf
     ):
-        raise errors.InvalidArgument(f"delay: got {job.delay_s!r}; must be a number of seconds >= 0")
+        raise errors.InvalidArgument(f"delay: got {job.delay_s!r}; must be a finite number of seconds >= 0")
     for name in ("idempotency_key", "resource_key"):
         value = getattr(job, name)
         if value is not None and (not isinstance(value, str) or not value or len(value) > 512):

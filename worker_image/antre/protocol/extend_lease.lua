@@ -19,6 +19,9 @@ local now = now_ms()
 local deadline = now + lease_ms
 local result = {now}
 
+-- PEXPIRE first: a write that cannot grow memory admits the script when Redis is at
+-- maxmemory (noeviction), so leases keep being extended while memory is tight.
+redis.call('PEXPIRE', worker_key, ttl_ms)
 redis.call('SET', worker_key, entry, 'PX', ttl_ms)
 redis.call('ZADD', workers_key, now, worker)
 
@@ -26,9 +29,9 @@ for i = 7, #ARGV, 2 do
   local id, lease = ARGV[i], ARGV[i + 1]
   local job_key = job_prefix .. id
   local f = redis.call('HMGET', job_key, 'status', 'lease', 'resource_key', 'events', 'attempt',
-    'extended_lease')
+    'extended_lease', 'worker')
   local ok = 0
-  if f[1] == 'processing' and f[2] == lease then
+  if f[1] == 'processing' and f[2] == lease and f[7] == worker then
     ok = 1
     local token = id .. ':' .. lease
     if f[3] then

@@ -35,11 +35,14 @@ if #expired > 0 then
 end
 for _, id in ipairs(expired) do
   local job_key = job_prefix .. id
-  local f = redis.call('HMGET', job_key, 'status', 'lease', 'attempt', 'max_attempts',
+  -- pcall and tonumber defaults: an error here would strand the rest of the batch, already
+  -- removed from the processing set.
+  local f = redis.pcall('HMGET', job_key, 'status', 'lease', 'attempt', 'max_attempts',
     'resource_key', 'events', 'worker')
+  if f.err then f = {} end
   if f[1] == 'processing' then
-    release_lock(lock_prefix, f[5], id .. ':' .. f[2])
-    local attempt, max_attempts = tonumber(f[3]), tonumber(f[4])
+    release_lock(lock_prefix, f[5], id .. ':' .. (f[2] or ''))
+    local attempt, max_attempts = tonumber(f[3]) or 0, tonumber(f[4]) or 0
     local reason = 'lease expired during attempt ' .. attempt .. ' (worker '
       .. (f[7] or '?') .. ' lost or frozen past its lease)'
     if attempt >= max_attempts then

@@ -52,6 +52,7 @@ _ERROR_TYPES: dict[str, type[errors.AntreError]] = {
     "ANTRE_NOT_LEASE_HOLDER": errors.LeaseLost,
     "ANTRE_JOB_NOT_FOUND": errors.JobNotFound,
     "ANTRE_JOB_BUSY": errors.JobBusy,
+    "ANTRE_INVALID": errors.InvalidArgument,
 }
 
 

@@ -50,15 +50,17 @@ class FailResult:
 
 
 def fail_op(settings: QueueSettings, lease: Lease, *, error: str, retry_delay_ms: int | None,
-            worker_id: str) -> Op[FailResult]:
-    """``retry_delay_ms=None`` dead-letters at once (a permanent failure)."""
+            worker_id: str, keep_lock: bool = False) -> Op[FailResult]:
+    """``retry_delay_ms=None`` dead-letters at once (a permanent failure). ``keep_lock`` leaves
+    the resource lock to expire (its TTL is the lease) instead of freeing it: for a run that may
+    still be going, such as a handler thread past its timeout."""
     k = settings.keys
     job_id, token = lease
     return Op(
         load("fail"),
         [k.processing, k.retry, k.dead, k.stats, k.job(job_id)],
         [job_id, token, error[:4000], -1 if retry_delay_ms is None else max(retry_delay_ms, 0),
-         worker_id, k.lock_prefix],
+         worker_id, k.lock_prefix, 1 if keep_lock else 0],
         lambda reply: FailResult(outcome=str(reply[0]), at_ms=int(reply[1])),
     )
 
@@ -75,7 +77,9 @@ def release_op(settings: QueueSettings, leases: Sequence[Lease], *, worker_id: s
     )
 
 
-def checkpoint_op(settings: QueueSettings, lease: Lease, *, step: str, value_json: str) -> Op[None]:
+def checkpoint_op(settings: QueueSettings, lease: Lease, *, step: str, value_json: str,
+                  worker_id: str) -> Op[None]:
     k = settings.keys
     job_id, token = lease
-    return Op(load("checkpoint"), [k.job(job_id)], [token, step, value_json], lambda _: None)
+    return Op(load("checkpoint"), [k.job(job_id)], [token, step, value_json, worker_id],
+              lambda _: None)

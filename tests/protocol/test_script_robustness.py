@@ -1,0 +1,120 @@
+"""The scripts stay correct when the world is not: malformed records written by a foreign
+producer, a Redis at maxmemory, and a lease counter rolled back by a failover.
+
+Aspects: a malformed record is dead-lettered by claim and reap without stranding the jobs
+popped beside it; enqueue refuses unusable numbers before writing anything; ack, release and
+the heartbeat are admitted at maxmemory (they free memory) while enqueue is refused; the
+settle scripts fence on the claiming worker as well as on the token.
+"""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from antre import NewJob, errors
+from antre.protocol import scripts
+from antre.protocol.claim import claim_op
+from antre.protocol.enqueue import enqueue_ops
+from antre.protocol.lease import extend_op
+from antre.protocol.reap import reap_op
+from antre.protocol.settle import ack_op, fail_op, release_op
+from antre.settings import QueueSettings, WorkerSettings
+from invariants import assert_invariants
+from protocol_state import seed_job, server_ms
+from redis_servers import running_redis
+
+
+def test_claim_dead_letters_a_malformed_record_and_leases_the_others(redis_client, qs, ws):
+    for job_id in ("a", "b"):
+        seed_job(redis_client, qs, job_id)
+    seed_job(redis_client, qs, "bad")
+    redis_client.hdel(qs.keys.job("bad"), "lease")  # a producer that skipped a field
+    seed_job(redis_client, qs, "c")
+    result = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=10))
+    assert sorted(job.id for job in result.jobs) == ["a", "b", "c"]
+    assert sorted(redis_client.zrange(qs.keys.processing, 0, -1)) == ["a", "b", "c"]
+    assert redis_client.lrange(qs.keys.dead, 0, -1) == ["bad"]
+    assert "malformed record" in redis_client.hget(qs.keys.job("bad"), "last_error")
+    assert_invariants(redis_client, qs, check_locks=False)
+
+
+def test_claim_skips_a_key_of_the_wrong_type(redis_client, qs, ws):
+    seed_job(redis_client, qs, "a")
+    redis_client.lpush(qs.keys.ready, "odd")
+    redis_client.set(qs.keys.job("odd"), "not a hash")
+    result = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=10))
+    assert [job.id for job in result.jobs] == ["a"]
+    assert redis_client.zrange(qs.keys.processing, 0, -1) == ["a"]
+
+
+def test_reap_dead_letters_a_malformed_record_and_requeues_the_others(redis_client, qs):
+    past = server_ms(redis_client) - 1000
+    for job_id in ("a", "bad", "b"):
+        seed_job(redis_client, qs, job_id, status="processing", attempt=1, lease=1, score_ms=past)
+    redis_client.hdel(qs.keys.job("bad"), "max_attempts")
+    result = scripts.run(redis_client, reap_op(qs, limit=100, pass_lock_ms=0, holder="t"))
+    assert (result.requeued, result.dead) == (2, 1)
+    assert sorted(redis_client.lrange(qs.keys.ready, 0, -1)) == ["a", "b"]
+    assert redis_client.lrange(qs.keys.dead, 0, -1) == ["bad"]
+    assert redis_client.zcard(qs.keys.processing) == 0
+
+
+@pytest.mark.parametrize(("position", "value", "message"), [
+    pytest.param(3, "", "max_attempts got ; must be an integer >= 1", id="empty-max-attempts"),
+    pytest.param(3, "2.5", "max_attempts got 2.5", id="fractional-max-attempts"),
+    pytest.param(4, "soon", "delay_ms got soon; must be a number >= 0", id="bad-delay"),
+    pytest.param(1, "", "type must not be empty", id="empty-type"),
+])
+def test_enqueue_script_refuses_unusable_numbers_before_writing(redis_client, qs, position, value,
+                                                               message):
+    [op] = enqueue_ops(qs, [NewJob("t", {}), NewJob("t", {})])
+    args = list(op.args)
+    args[2 + 8 + position] = value  # the second job's field
+    with pytest.raises(errors.InvalidArgument, match=f"job 2: {message}"):
+        scripts.run(redis_client, scripts.Op(op.script, op.keys, args, op.parse))
+    assert redis_client.llen(qs.keys.ready) == 0  # the valid first job was not written either
+
+
+def test_settle_scripts_fence_on_the_claiming_worker(redis_client, qs, ws):
+    """After a failover to a replica that lagged, the lease counter can repeat: two workers
+    then hold the same token. The worker id in the record tells them apart."""
+    seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1, worker="w2")
+    assert scripts.run(redis_client, ack_op(qs, [("a", 1)], worker_id="w1")) == [False]
+    assert scripts.run(redis_client, release_op(qs, [("a", 1)], worker_id="w1", reason="x")) == [False]
+    with pytest.raises(errors.LeaseLost):
+        scripts.run(redis_client, fail_op(qs, ("a", 1), error="e", retry_delay_ms=0, worker_id="w1"))
+    extended = scripts.run(redis_client, extend_op(qs, [("a", 1)], lease_ms=1000, worker_id="w1",
+                                                   registry_entry_json="{}", registry_ttl_ms=1000))
+    assert extended.held == [False]
+    assert scripts.run(redis_client, ack_op(qs, [("a", 1)], worker_id="w2")) == [True]
+
+
+def test_ack_release_and_heartbeat_are_admitted_at_maxmemory():
+    """With noeviction, a full Redis refuses writes that grow memory. Acking frees memory, so
+    ack, release and the heartbeat must still run; enqueue must be refused."""
+    qs = QueueSettings(name="full")
+    ws = WorkerSettings()
+    with running_redis("--maxmemory-policy", "noeviction") as server:
+        client = redis.Redis.from_url(server.url, decode_responses=True)
+        ids = [r.job_id for r in scripts.run(client, enqueue_ops(qs, [
+            NewJob("t", {}) for _ in range(4)])[0])]
+        jobs = scripts.run(client, claim_op(qs, ws, worker_id="w1", max_jobs=4)).jobs
+        assert sorted(job.id for job in jobs) == sorted(ids)
+        used = int(client.info("memory")["used_memory"])
+        client.config_set("maxmemory", str(used - 1024))  # full from now on
+        with pytest.raises(errors.ProtocolError, match="OOM"):
+            scripts.run(client, enqueue_ops(qs, [NewJob("t", {})])[0])
+        extended = scripts.run(client, extend_op(
+            qs, [(jobs[0].id, jobs[0].lease)], lease_ms=30_000, worker_id="w1",
+            registry_entry_json="{}", registry_ttl_ms=10_000))
+        assert extended.held == [True]
+        assert scripts.run(client, ack_op(qs, [(jobs[0].id, jobs[0].lease)], worker_id="w1")) == [True]
+        released = scripts.run(client, release_op(qs, [(jobs[1].id, jobs[1].lease)],
+                                                  worker_id="w1", reason="shutdown"))
+        assert released == [True]
+        failed = scripts.run(client, fail_op(qs, (jobs[2].id, jobs[2].lease), error="e",
+                                             retry_delay_ms=0, worker_id="w1"))
+        assert failed.outcome == "retrying"
+        client.config_set("maxmemory", "0")
+        assert_invariants(client, qs, check_locks=False)
+        client.close()

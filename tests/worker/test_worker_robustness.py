@@ -1,0 +1,119 @@
+"""The worker never strands a lease, whatever a handler or a foreign record does.
+
+Aspects: headers that are not a JSON object are ignored, not fatal; a handler raising an
+unusable Retry is retried; an object with an async __call__ is awaited, not "acked" unrun; a
+heartbeat reply about an old lease leaves the newer lease of the same job alone; a plain-def
+handler past its timeout is failed at once but keeps its slot and its resource lock until the
+thread returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from antre import HandlerRegistry, Job, Queue, Retry
+from invariants import assert_invariants
+from worker_harness import eventually, running_worker, status_of
+
+
+async def test_foreign_headers_do_not_stop_the_job(redis_client, aredis, qs):
+    registry = HandlerRegistry()
+    seen = []
+
+    @registry.handler("t")
+    async def record(job: Job) -> None:
+        seen.append(job.headers)
+
+    queue = Queue(redis_client, settings=qs)
+    ids = [queue.enqueue("t").job_id for _ in range(3)]
+    for job_id, headers in zip(ids, ("traceparent=00-abc", "[1, 2]", '{"a": 1}'), strict=True):
+        redis_client.hset(qs.keys.job(job_id), "headers", headers)
+    async with running_worker(aredis, qs, registry):
+        await eventually(lambda: all(status_of(redis_client, qs, i) == "done" for i in ids))
+    assert sorted(seen, key=len) == [{}, {}, {"a": "1"}]
+    assert_invariants(redis_client, qs)
+
+
+async def test_an_unusable_retry_is_a_failure_not_a_stuck_job(redis_client, aredis, qs):
+    registry = HandlerRegistry()
+
+    @registry.handler("t")
+    async def retry_forever(job: Job) -> None:
+        raise Retry("later", delay=float("inf"))
+
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("t", max_attempts=1).job_id
+    async with running_worker(aredis, qs, registry):
+        await eventually(lambda: status_of(redis_client, qs, job_id) == "dead")
+    assert "Retry.delay: got inf" in queue.get(job_id).last_error
+    assert_invariants(redis_client, qs)
+
+
+async def test_an_object_with_async_call_is_awaited(redis_client, aredis, qs):
+    ran = []
+
+    class Charge:
+        async def __call__(self, job: Job) -> None:
+            await asyncio.sleep(0)
+            ran.append(job.id)
+
+    registry = HandlerRegistry()
+    registry.register("charge", Charge())
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("charge").job_id
+    async with running_worker(aredis, qs, registry):
+        await eventually(lambda: status_of(redis_client, qs, job_id) == "done")
+    assert ran == [job_id]
+
+
+async def test_a_stale_heartbeat_reply_leaves_the_newer_lease_alone(redis_client, aredis, qs):
+    registry = HandlerRegistry()
+    release = asyncio.Event()
+
+    @registry.handler("t")
+    async def wait(job: Job) -> None:
+        await release.wait()
+
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("t").job_id
+    async with running_worker(aredis, qs, registry) as worker:
+        await eventually(lambda: status_of(redis_client, qs, job_id) == "processing")
+        lease = int(redis_client.hget(qs.keys.job(job_id), "lease"))
+        worker._lease_lost(job_id, lease - 1)  # the reply about an older lease arrives late
+        assert worker.in_flight == 1
+        release.set()
+        await eventually(lambda: status_of(redis_client, qs, job_id) == "done")
+    assert queue.get(job_id).attempt == 1
+
+
+async def test_a_thread_past_its_timeout_keeps_its_slot_and_its_lock(redis_client, aredis, qs):
+    registry = HandlerRegistry()
+    hang = threading.Event()
+    started = []
+
+    @registry.handler("stuck")
+    def stuck(job: Job) -> None:
+        started.append(job.id)
+        hang.wait(20)
+
+    @registry.handler("quick")
+    def quick(job: Job) -> None:
+        started.append(job.id)
+
+    queue = Queue(redis_client, settings=qs)
+    stuck_id = queue.enqueue("stuck", resource_key="acct", max_attempts=1).job_id
+    try:
+        async with running_worker(aredis, qs, registry, concurrency=1, job_timeout_s=0.2):
+            await eventually(lambda: status_of(redis_client, qs, stuck_id) == "dead")
+            assert "timed out after 0.2 s" in queue.get(stuck_id).last_error
+            # The thread still runs: its resource stays locked and the only slot stays busy.
+            assert redis_client.exists(qs.keys.resource_lock("acct"))
+            quick_id = queue.enqueue("quick").job_id
+            await asyncio.sleep(0.3)
+            assert status_of(redis_client, qs, quick_id) == "queued" and started == [stuck_id]
+            hang.set()
+            await eventually(lambda: status_of(redis_client, qs, quick_id) == "done")
+    finally:
+        hang.set()
+    assert_invariants(redis_client, qs, check_locks=False)
