@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 from collections.abc import Awaitable
 from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlsplit
 
 import antre
 import redis.exceptions
@@ -49,12 +50,30 @@ class QueueReader:
     def matches(self, url: str, queue: str, prefix: str) -> bool:
         return (self.url, self._queue_name, self._prefix) == (url, queue, prefix)
 
+    def _scrub(self, message: str) -> str:
+        """The message with the URL redacted wherever it appears (any error may echo it), and
+        the password too in case it appears alone."""
+        redacted = connection.redact(self.url)
+        message = message.replace(self.url, redacted)
+        try:
+            secrets = [urlsplit(self.url).password,
+                       *(v for k, v in parse_qsl(urlsplit(self.url).query)
+                         if k.lower() in ("password", "username"))]
+        except ValueError:
+            secrets = []
+        userinfo = self.url.partition("://")[2].rpartition("@")[0]
+        secrets.append(userinfo.partition(":")[2])
+        for secret in secrets:
+            if secret:
+                message = message.replace(secret, "***")
+        return message
+
     def _ensure(self) -> antre.AsyncQueue:
         if self._queue is None:
             try:
                 self._client = connection.connect_async(self.url)
             except antre.InvalidArgument as exc:
-                raise RedisReadError(str(exc)) from None
+                raise RedisReadError(self._scrub(str(exc))) from None
             self._queue = antre.AsyncQueue(self._client, self._queue_name, prefix=self._prefix)
         return self._queue
 
@@ -66,7 +85,7 @@ class QueueReader:
                 f"no answer from {connection.redact(self.url)} within {self.timeout_s:g}s"
             ) from None
         except (antre.AntreError, redis.exceptions.RedisError, OSError) as exc:
-            raise RedisReadError(f"{connection.redact(self.url)}: {exc}") from None
+            raise RedisReadError(self._scrub(f"{connection.redact(self.url)}: {exc}")) from None
 
     async def read(self) -> Reading:
         """Depth in one round trip."""

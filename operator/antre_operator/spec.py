@@ -17,7 +17,7 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from antre import keys
 
@@ -248,22 +248,46 @@ def _secret_ref(section: Mapping[str, Any], key: str, path: str, *,
 
 # -- the sections ---------------------------------------------------------------------------------
 
+REDACTED: Final = "<redacted>"
+#: Query parameters redis-py takes credentials from; never allowed in a plain spec.redis.url.
+SECRET_QUERY_PARAMETERS: Final = frozenset({"password", "username"})
+
+
 def check_redis_url(url: str, *, field: str, tls: bool) -> None:
-    """Refuse a URL the workers could not use, or one that would leak a password."""
+    """Refuse a URL the workers could not use. The error never holds the URL: a URL that does
+    not parse may still contain a password (e.g. an unescaped '/' in it)."""
     if "://" not in url:
-        raise InvalidSpec(field, url, f"must be a URL with a scheme in {list(REDIS_SCHEMES)}")
+        raise InvalidSpec(field, REDACTED,
+                          f"must be a URL with a scheme in {list(REDIS_SCHEMES)}")
     scheme = url.split("://", 1)[0].lower()
     if scheme not in REDIS_SCHEMES:
-        raise InvalidSpec(field, url, f"scheme must be one of {list(REDIS_SCHEMES)}")
+        raise InvalidSpec(field, REDACTED, f"scheme must be one of {list(REDIS_SCHEMES)}")
     try:
         parts = urlsplit(url)
         _ = parts.port  # raises on a non-numeric port
-    except ValueError as exc:
-        raise InvalidSpec(field, url, f"must be a parsable URL ({exc})") from None
+    except ValueError:
+        raise InvalidSpec(field, REDACTED,
+                          "must be a parsable URL (host, then an optional numeric port; "
+                          "a password must be percent-encoded)") from None
     if not parts.hostname:
-        raise InvalidSpec(field, url, "must name a host, e.g. redis://redis:6379/0")
+        raise InvalidSpec(field, REDACTED, "must name a host, e.g. redis://redis:6379/0")
     if tls and not scheme.startswith("rediss"):
-        raise InvalidSpec(field, url, "spec.redis.tls is true, so the scheme must be rediss://")
+        raise InvalidSpec(field, REDACTED,
+                          "spec.redis.tls is true, so the scheme must be rediss://")
+
+
+def check_plain_url(url: str, *, field: str) -> None:
+    """A URL written into the spec (and so into pod env values) must carry no credentials:
+    no user info at all (an '@' anywhere) and no password/username query parameter."""
+    advice = "put the URL in a Secret and use spec.redis.urlSecretRef"
+    if "@" in url:
+        raise InvalidSpec(field, REDACTED,
+                          f"must not contain a password or user info ('@'); {advice}")
+    query = url.split("?", 1)[1].split("#", 1)[0] if "?" in url else ""
+    names = {name.lower() for name, _ in parse_qsl(query, keep_blank_values=True)}
+    if names & SECRET_QUERY_PARAMETERS:
+        raise InvalidSpec(field, REDACTED,
+                          f"must not contain a password or username query parameter; {advice}")
 
 
 def _parse_redis(spec: Mapping[str, Any], name: str) -> RedisSpec:
@@ -277,11 +301,8 @@ def _parse_redis(spec: Mapping[str, Any], name: str) -> RedisSpec:
     if (url is None) == (url_secret is None):
         raise InvalidSpec(path, dict(section), "give exactly one of url and urlSecretRef")
     if url is not None:
+        check_plain_url(url, field=f"{path}.url")
         check_redis_url(url, field=f"{path}.url", tls=tls)
-        if urlsplit(url).password:
-            raise InvalidSpec(f"{path}.url", "<redacted: contains a password>",
-                              "must not contain a password; put the URL in a Secret and use "
-                              "spec.redis.urlSecretRef")
     queue = _str(section, "queue", path, default=name, pattern=_QUEUE_RE)
     prefix = _str(section, "prefix", path, default="antre", pattern=_PREFIX_RE)
     assert queue is not None and prefix is not None

@@ -68,8 +68,11 @@ CEL_TWINS: dict[str, Callable[[dict[str, Any]], bool]] = {
         lambda s: not _has(s, "api") or not s["api"]["enabled"] or _has(s["api"], "tokenSecretRef"),
     "has(self.url) != has(self.urlSecretRef)":
         lambda s: _has(s, "url") != _has(s, "urlSecretRef"),
-    "!has(self.url) || !self.url.matches('^[a-z+]+://[^/@]*:[^/@]*@')":
-        lambda s: not _has(s, "url") or not re.search(r"^[a-z+]+://[^/@]*:[^/@]*@", s["url"]),
+    "!has(self.url) || !self.url.contains('@')":
+        lambda s: not _has(s, "url") or "@" not in s["url"],
+    "!has(self.url) || !self.url.matches('(?i)[?&](password|username)([=&#]|$)')":
+        lambda s: not _has(s, "url") or not re.search(r"(?i)[?&](password|username)([=&#]|$)",
+                                                      s["url"]),
     "!has(self.url) || !self.tls || self.url.startsWith('rediss://')":
         lambda s: not _has(s, "url") or not s["tls"] or s["url"].startswith("rediss://"),
     "self.baseSeconds <= self.maxSeconds":

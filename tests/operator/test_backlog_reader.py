@@ -80,3 +80,21 @@ async def test_eviction_policy_warning() -> None:
         finally:
             await reader.close()
     assert warning is not None and "volatile-lru" in warning
+
+
+@pytest.mark.parametrize("url", [
+    "redis://:pa/ss@127.0.0.1:{port}/0",
+    "redis://127.0.0.1:{port}/0?password=pa/ss",
+    "redis://u:pa/ss@127.0.0.1:{port}/0?password=pa/ss",
+    "nosuchscheme://:pa/ss@127.0.0.1:{port}/0",
+])
+async def test_errors_never_carry_the_password(url: str) -> None:
+    reader = backlog.QueueReader(url.format(port=free_port()), queue="q", prefix="antre",
+                                 timeout_s=1)
+    try:
+        with pytest.raises(backlog.RedisReadError) as info:
+            await reader.read()
+    finally:
+        await reader.close()
+    assert "pa/ss" not in str(info.value)
+    assert "ss@" not in str(info.value)

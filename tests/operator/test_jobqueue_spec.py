@@ -86,7 +86,25 @@ def test_invalid_specs(changes: dict[str, Any], field: str, fragment: str) -> No
     assert str(info.value).startswith(f"{field}: got ")
 
 
-def test_password_never_appears_in_the_error() -> None:
+@pytest.mark.parametrize("url, fragment", [
+    ("redis://user:hunter2@r:6379/0", "must not contain a password or user info"),
+    ("redis://:hun/ter2@r:6379/0", "must not contain a password or user info"),
+    ("redis://r:6379/0?password=hunter2", "password or username query parameter"),
+    ("redis://r:6379/0?db=1&USERNAME=hunter2", "password or username query parameter"),
+    ("redis://hunter2:notaport/0", "parsable"),
+    ("memcached://hunter2:11211", "scheme"),
+])
+def test_password_never_appears_in_the_error(url: str, fragment: str) -> None:
     with pytest.raises(spec.InvalidSpec) as info:
-        parse(sample(MINIMAL, redis={"url": "redis://user:hunter2@r:6379/0"}))
+        parse(sample(MINIMAL, redis={"url": url}))
     assert "hunter2" not in str(info.value)
+    assert fragment in str(info.value)
+    assert "<redacted>" in str(info.value)
+
+
+def test_a_url_from_a_secret_may_carry_credentials_but_errors_never_show_it() -> None:
+    spec.check_redis_url("redis://r:6379/0?password=hunter2", field="url", tls=False)
+    spec.check_redis_url("redis://:hunter2@r:6379/0", field="url", tls=False)
+    with pytest.raises(spec.InvalidSpec) as info:
+        spec.check_redis_url("redis://:hun/ter2@r:6379/0", field="url", tls=False)
+    assert "hunter2" not in str(info.value) and "hun/ter2" not in str(info.value)
