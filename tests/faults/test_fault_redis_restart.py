@@ -58,7 +58,7 @@ class Producer(threading.Thread):
         assert self.error is None, f"producer crashed: {self.error!r}"
 
 
-OUTAGE_MESSAGES = {"redis unavailable; retrying with backoff", "heartbeat failed; retrying",
+OUTAGE_MESSAGES = {"redis call failed; retrying with backoff", "heartbeat failed; retrying",
                    "reaper pass failed; retrying"}
 
 

@@ -56,15 +56,21 @@ class Heartbeat:
         return result
 
     async def run(self) -> None:
+        failures = 0
         while True:
             try:
                 await self.step()
             except Exception as exc:  # outage, or Redis refusing for a while: keep going
                 # The leases may run out while Redis is away; the reaper then requeues them
                 # and the late settle calls are refused, so nothing runs twice unchecked.
-                log.warning("heartbeat failed; retrying", extra={"error": str(exc)})
+                failures += 1
+                if failures == 1:  # once per outage, not every second of it
+                    log.warning("heartbeat failed; retrying", extra={"error": str(exc)})
                 if self.metrics is not None:
                     self.metrics.redis_errors.labels(self.queue.name, "heartbeat").inc()
                 await asyncio.sleep(min(self.interval_s, 1.0))
                 continue
+            if failures:
+                log.info("heartbeat recovered", extra={"failed_beats": failures})
+                failures = 0
             await asyncio.sleep(self.interval_s)

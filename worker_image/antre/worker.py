@@ -284,7 +284,7 @@ class Worker:
 
     async def _outage(self, operation: str, exc: Exception, count: int) -> None:
         if count == 1:
-            log.warning("redis unavailable; retrying with backoff",
+            log.warning("redis call failed; retrying with backoff",
                         extra={"operation": operation, "error": str(exc),
                                "worker_id": self.worker_id})
         if self.metrics is not None:
