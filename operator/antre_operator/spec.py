@@ -327,6 +327,9 @@ def _parse_worker(spec: Mapping[str, Any]) -> WorkerSpec:
     section = _section(spec, "worker", "spec")
     backoff = _section(section, "backoff", path)
     base_s = _number(backoff, "baseSeconds", f"{path}.backoff", default=1, minimum=0, maximum=86400)
+    if base_s <= 0:  # the worker refuses 0 (a crash loop): retries need a positive base
+        raise InvalidSpec(f"{path}.backoff.baseSeconds", base_s,
+                          "must be a number > 0 and <= 86400")
     max_s = _number(backoff, "maxSeconds", f"{path}.backoff", default=300, minimum=0,
                     maximum=604800)
     if base_s > max_s:

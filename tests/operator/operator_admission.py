@@ -30,6 +30,13 @@ def strict_schema(node: dict[str, Any]) -> dict[str, Any]:
     """The node as JSON Schema, with unknown fields refused where the CRD does not keep them."""
     out = {k: v for k, v in node.items() if not k.startswith("x-kubernetes-")
            and k not in ("properties", "items", "additionalProperties", "default")}
+    # OpenAPI v3.0 (the CRD) spells an exclusive bound as a flag beside minimum/maximum;
+    # JSON Schema draft 7 as the bound itself.
+    for flag, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if out.get(flag) is True:
+            out[flag] = out.pop(bound)
+        elif out.get(flag) is False:
+            del out[flag]
     if "properties" in node:
         out["properties"] = {k: strict_schema(v) for k, v in node["properties"].items()}
         if not node.get("x-kubernetes-preserve-unknown-fields"):

@@ -144,6 +144,8 @@ def test_good_samples_are_admitted(crd_schema: dict[str, Any], body: dict[str, A
                  "spec.api.tokenSecretRef is required", id="api-without-token"),
     pytest.param(sample(MINIMAL, worker={"backoff": {"baseSeconds": 10, "maxSeconds": 5}}),
                  "baseSeconds must be <= spec.worker.backoff.maxSeconds", id="backoff-inverted"),
+    pytest.param(sample(MINIMAL, worker={"backoff": {"baseSeconds": 0}}),
+                 "0 is less than or equal to the minimum of 0", id="backoff-base-zero"),
     pytest.param({**MINIMAL, "metadata": {"name": "x" * 46, "namespace": "default"}},
                  "metadata.name must be at most 45 characters", id="name-too-long"),
 ])

@@ -76,6 +76,8 @@ def test_full_spec() -> None:
                  id="schedule"),
     pytest.param({"api": {"enabled": True}}, "spec.api.tokenSecretRef", "bearer token",
                  id="api-token"),
+    pytest.param({"worker": {"backoff": {"baseSeconds": 0}}}, "spec.worker.backoff.baseSeconds",
+                 "> 0", id="backoff-base-zero"),
     pytest.param({"worker": "big"}, "spec.worker", "must be an object", id="section-type"),
 ])
 def test_invalid_specs(changes: dict[str, Any], field: str, fragment: str) -> None:
