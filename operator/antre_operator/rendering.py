@@ -307,7 +307,9 @@ def render_api_deployment(jq: spec.JobQueueSpec, owner_uid: str) -> Manifest:
         "imagePullPolicy": jq.worker.image_pull_policy,
         "command": ["antre"],
         "args": ["api", "--port", str(settings.API_CONTAINER_PORT)],
-        "env": [*_redis_env(jq), _secret_env("ANTRE_API_TOKEN", jq.api.token_secret)],
+        # The API stamps max_attempts into every job it enqueues.
+        "env": [*_redis_env(jq), _secret_env("ANTRE_API_TOKEN", jq.api.token_secret),
+                {"name": "ANTRE_MAX_ATTEMPTS", "value": str(jq.worker.max_attempts)}],
         "ports": [{"name": "http", "containerPort": settings.API_CONTAINER_PORT,
                    "protocol": "TCP"}],
         "readinessProbe": readiness,

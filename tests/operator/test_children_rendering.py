@@ -246,3 +246,12 @@ def test_removed_pod_annotations_become_nulls_only_if_they_were_ours() -> None:
     assert pruned["metadata"]["annotations"] == {settings.POD_ANNOTATION_KEYS: None}
     assert rendering.prune_pod_annotations(after, None) is after
     assert rendering.prune_pod_annotations(after, after) is after
+
+
+def test_api_gets_max_attempts_it_stamps_into_jobs() -> None:
+    children = rendering.render_children(parse(FULL), OWNER_UID, replicas=1)
+    api = next(m for m in children.present
+               if m["kind"] == "Deployment" and m["metadata"]["name"].endswith("-api"))
+    values = {e["name"]: e.get("value") for e in
+              api["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert values["ANTRE_MAX_ATTEMPTS"] == str(parse(FULL).worker.max_attempts) == "7"
