@@ -29,6 +29,7 @@ def grants(role: dict[str, Any]) -> Grants:
 NAMESPACED: Grants = (
     {("antre.dev", "jobqueues", v) for v in ("get", "list", "watch", "patch")}
     | {("antre.dev", "jobqueues/status", "patch")}
+    | {("antre.dev", "jobqueues/finalizers", "update")}  # blockOwnerDeletion on children
     | {(g, r, v) for g, r in (("apps", "deployments"), ("batch", "cronjobs"), ("", "services"))
        for v in ("get", "list", "watch", "create", "patch", "delete")}
     | {("", "pods", v) for v in ("list", "patch")}

@@ -12,6 +12,12 @@ Rules on namespaced resources: JobQueues and the children rendered from them.
 - apiGroups: [antre.dev]
   resources: [jobqueues]
   verbs: [get, list, watch, patch]
+# Children carry an ownerReference with blockOwnerDeletion: true; setting that requires update
+# on the owner's finalizers subresource where OwnerReferencesPermissionEnforcement is on
+# (e.g. OpenShift), or creating a child is forbidden.
+- apiGroups: [antre.dev]
+  resources: [jobqueues/finalizers]
+  verbs: [update]
 # Report status (conditions, replicas, backlog) through the status subresource (kube.patch).
 - apiGroups: [antre.dev]
   resources: [jobqueues/status]
