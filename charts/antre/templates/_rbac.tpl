@@ -27,10 +27,11 @@ Rules on namespaced resources: JobQueues and the children rendered from them.
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch, delete]
-# The reaper CronJob.
+# The reaper CronJob. Never deleted by the operator (it always exists; garbage collection
+# removes it with the JobQueue), so no delete.
 - apiGroups: [batch]
   resources: [cronjobs]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch]
 # The API Service.
 - apiGroups: [""]
   resources: [services]
