@@ -104,6 +104,31 @@ def test_good_samples_are_admitted(crd_schema: dict[str, Any], body: dict[str, A
     parse(body)  # and the operator accepts what the API server accepts
 
 
+@pytest.mark.parametrize("schedule", ["@hourly", "@daily", "@yearly", "* * * * *",
+                                      "*/5 1-3 * * MON-FRI"])
+def test_schedules_admitted_by_the_crd_and_the_operator(crd_schema: dict[str, Any],
+                                                        schedule: str) -> None:
+    body = sample(MINIMAL, reaper={"schedule": schedule})
+    assert admit(crd_schema, body) == []
+    assert parse(body).reaper.schedule == schedule
+
+
+@pytest.mark.parametrize("schedule", ["@every 1m", "@reboot", "* * * *", "* * * * * *",
+                                      "every minute", "*  * * * *"])
+def test_schedules_refused_by_the_crd_and_the_operator(crd_schema: dict[str, Any],
+                                                       schedule: str) -> None:
+    body = sample(MINIMAL, reaper={"schedule": schedule})
+    assert any("does not match" in e for e in admit(crd_schema, body))
+    with pytest.raises(ValueError, match=r"spec\.reaper\.schedule"):
+        parse(body)
+
+
+def test_the_crd_and_the_operator_share_the_schedule_pattern(crd_schema: dict[str, Any]) -> None:
+    from antre_operator import spec
+    reaper = crd_schema["properties"]["spec"]["properties"]["reaper"]["properties"]
+    assert reaper["schedule"]["pattern"] == spec.SCHEDULE_RE.pattern
+
+
 @pytest.mark.parametrize("body, message", [
     pytest.param(sample(MINIMAL, redis=None), "'redis' is a required property", id="no-redis"),
     pytest.param(sample(MINIMAL, bogus=1), "Additional properties are not allowed",
