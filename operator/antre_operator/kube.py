@@ -46,6 +46,41 @@ class Conflict(KubeError):
     """409: the object already exists (create) or changed meanwhile."""
 
 
+class NotOwned(KubeError):
+    """An object with a child's name exists but another controller (or none) owns it: the
+    operator refuses to adopt it, since patching would take over someone else's object."""
+
+    def __init__(self, kind: str, namespace: str, name: str, controller: str) -> None:
+        Exception.__init__(
+            self, f"{kind} {namespace}/{name} already exists and is not ours ({controller}); "
+                  f"not touching it: delete or rename it, or rename the JobQueue")
+        self.status = 409
+
+
+def controller_uid(obj: Mapping[str, Any]) -> str | None:
+    """The uid of the object's controller ownerReference, if it has one."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def check_owned(desired: Mapping[str, Any], live: Mapping[str, Any]) -> None:
+    """Raise :class:`NotOwned` unless ``live`` has the controller ``desired`` declares."""
+    wanted = controller_uid(desired)
+    if wanted is None:
+        return
+    found = controller_uid(live)
+    if found != wanted:
+        meta = desired["metadata"]
+        refs = [f"{r.get('kind')} {r.get('name')}"
+                for r in (live.get("metadata") or {}).get("ownerReferences") or []
+                if r.get("controller")]
+        controller = (f"controlled by {refs[0]} (uid {found})" if refs
+                      else "it has no controller ownerReference")
+        raise NotOwned(desired["kind"], meta["namespace"], meta["name"], controller)
+
+
 def path_of(kind: str, namespace: str, name: str | None = None, subresource: str | None = None,
             ) -> str:
     prefix, plural = RESOURCES[kind]
@@ -192,6 +227,8 @@ class KubeClient:
 
         ``action`` is "created", "patched" or "unchanged"; ``live`` is the caller's last view
         (None: believed missing). A create that meets an existing object re-reads and patches.
+        An existing object whose controller ownerReference is not the desired one (another
+        owner, or none) is never patched: :class:`NotOwned`.
         """
         meta = desired["metadata"]
         kind, namespace, name = desired["kind"], meta["namespace"], meta["name"]
@@ -202,6 +239,7 @@ class KubeClient:
                 live = await self.get(kind, namespace, name)
                 if live is None:
                     raise
+        check_owned(desired, live)
         if not rendering.drifted(desired, live):
             return "unchanged", dict(live)
         return "patched", await self.patch(kind, namespace, name, patch_body(desired))

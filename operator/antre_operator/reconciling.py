@@ -390,7 +390,12 @@ class Reconciler:
         for kind, name in children.absent:
             key = (kind, self.namespace, name)
             self.state.desired.pop(key, None)
-            if await self._observed(key) is not None:
+            live = await self._observed(key)
+            if live is not None:
+                if kube.controller_uid(live) != uid:
+                    logger.warning("%s/%s: %s %s is not ours; not deleting it", self.namespace,
+                                   self.name, kind, name)
+                    continue
                 await self.kube.delete(kind, self.namespace, name)
                 self.state.remember_child(key, None)
 

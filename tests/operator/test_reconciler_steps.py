@@ -2,7 +2,8 @@
 
 Aspects: right after an operator restart (no child cached yet) the first step reads the live
 worker Deployment before deciding, so it never scales down at once, neither with Redis up nor
-with Redis down.
+with Redis down; fields removed from the spec are removed from the children; an object with a
+child's name that is not ours is never adopted (patched) nor deleted.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from operator_fakes import FakeKube, jobqueue_body, reconciler
+from antre_operator import kube, rendering
+from operator_fakes import JOBQUEUE_UID, FakeKube, jobqueue_body, reconciler
 from redis_servers import free_port
 
 NS = "default"
@@ -19,7 +21,10 @@ NS = "default"
 def live_worker(fake: FakeKube, name: str, replicas: int) -> None:
     fake.put("Deployment", NS, f"{name}-worker", {
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"labels": {}}, "spec": {"replicas": replicas}})
+        "metadata": {"labels": {}, "ownerReferences": [
+            {"apiVersion": "antre.dev/v1alpha1", "kind": "JobQueue", "name": name,
+             "uid": JOBQUEUE_UID, "controller": True, "blockOwnerDeletion": True}]},
+        "spec": {"replicas": replicas}})
 
 
 def spec_for(url: str, **autoscaling: Any) -> dict[str, Any]:
@@ -121,3 +126,66 @@ async def test_fields_removed_from_the_spec_are_removed_from_the_children(
         assert len([w for w in fake.writes() if "/status" not in w[1]]) == writes
     finally:
         await rec.close()
+
+
+def stranger(fake: FakeKube, kind: str, name: str, owner_refs: list[dict[str, Any]]) -> None:
+    fake.put(kind, NS, name, {"apiVersion": "apps/v1" if kind == "Deployment" else "v1",
+                              "kind": kind,
+                              "metadata": {"labels": {"app": "theirs"},
+                                           "ownerReferences": owner_refs},
+                              "spec": {"replicas": 7}})
+
+
+@pytest.mark.parametrize("owner_refs", [
+    pytest.param([], id="no-owner"),
+    pytest.param([{"apiVersion": "apps/v1", "kind": "Thing", "name": "other", "uid": "uid-9",
+                   "controller": True}], id="other-controller"),
+])
+async def test_a_strangers_object_is_not_adopted(monkeypatch: pytest.MonkeyPatch,
+                                                 owner_refs: list[dict[str, Any]]) -> None:
+    fake = FakeKube()
+    stranger(fake, "Deployment", "mine-worker", owner_refs)
+    rec, events = reconciler(monkeypatch, fake, namespace=NS, name="mine")
+    body = jobqueue_body("mine", NS, {"redis": {"url": f"redis://127.0.0.1:{free_port()}/0"},
+                                      "autoscaling": {"enabled": False}, "replicas": 1})
+    try:
+        await rec.step(body)
+    finally:
+        await rec.close()
+    assert not [w for w in fake.writes() if w[1].endswith("/deployments/mine-worker")]
+    live = fake.live("Deployment", NS, "mine-worker")
+    assert live is not None and live["spec"]["replicas"] == 7
+    assert live["metadata"]["labels"] == {"app": "theirs"}
+    [event] = [e for e in events if e["reason"] == "ApplyFailed"]
+    assert event["type"] == "Warning" and "Deployment default/mine-worker" in event["message"]
+    assert "not ours" in event["message"]
+    status = fake.live("JobQueue", NS, "mine")  # no JobQueue object here: read the patch sent
+    assert status is None
+    [status_patch] = [w[2] for w in fake.requests if w[1].endswith("/jobqueues/mine/status")]
+    ready = next(c for c in status_patch["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False" and "mine-worker" in ready["message"]
+
+
+async def test_create_conflict_with_a_strangers_object_does_not_patch_it() -> None:
+    fake = FakeKube()
+    stranger(fake, "Deployment", "q-worker", [])
+    from operator_samples import MINIMAL, parse
+    desired = rendering.render_worker_deployment(parse(MINIMAL), JOBQUEUE_UID, replicas=1)
+    desired["metadata"]["name"], desired["metadata"]["namespace"] = "q-worker", NS
+    with pytest.raises(kube.NotOwned, match="q-worker"):
+        await fake.apply(desired, None)  # believed missing: create -> 409 -> re-read
+    assert [m for m, _, _ in fake.requests] == ["POST", "GET"]
+
+
+async def test_an_api_deployment_that_is_not_ours_is_not_deleted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeKube()
+    stranger(fake, "Deployment", "app-api", [])
+    rec, _ = reconciler(monkeypatch, fake, namespace=NS, name="app")
+    body = jobqueue_body("app", NS, {"redis": {"url": f"redis://127.0.0.1:{free_port()}/0"},
+                                     "autoscaling": {"enabled": False}})
+    try:
+        await rec.step(body)
+    finally:
+        await rec.close()
+    assert fake.live("Deployment", NS, "app-api") is not None
