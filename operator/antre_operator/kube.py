@@ -46,6 +46,15 @@ class Conflict(KubeError):
     """409: the object already exists (create) or changed meanwhile."""
 
 
+class Unreachable(KubeError):
+    """No answer: the connection failed or the request timed out (no HTTP status)."""
+
+    def __init__(self, method: str, path: str, error: BaseException) -> None:
+        detail = str(error) or type(error).__name__
+        Exception.__init__(self, f"{method} {path}: no answer from the API server: {detail}")
+        self.status = 0
+
+
 class NotOwned(KubeError):
     """An object with a child's name exists but another controller (or none) owns it: the
     operator refuses to adopt it, since patching would take over someone else's object."""
@@ -170,17 +179,26 @@ class KubeClient:
             headers["Content-Type"] = content_type
             data = json.dumps(body)
         url = self._config.host.rstrip("/") + path
-        async with self._session.request(method, url, data=data, params=query, headers=headers,
-                                         ssl=self._ssl) as response:
-            text = await response.text()
-            if response.status >= 400:
-                try:
-                    message = json.loads(text).get("message") or response.reason
-                except (ValueError, AttributeError):
-                    message = response.reason or text[:200]
-                cls = Conflict if response.status == 409 else KubeError
-                raise cls(response.status, str(message))
+        try:
+            async with self._session.request(method, url, data=data, params=query,
+                                             headers=headers, ssl=self._ssl) as response:
+                text = await response.text()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            # Callers handle KubeError (a condition, a held scale-down); anything else would
+            # escape the step.
+            raise Unreachable(method, path, exc) from exc
+        if response.status >= 400:
+            try:
+                message = json.loads(text).get("message") or response.reason
+            except (ValueError, AttributeError):
+                message = response.reason or text[:200]
+            cls = Conflict if response.status == 409 else KubeError
+            raise cls(response.status, str(message))
+        try:
             return json.loads(text) if text else None
+        except ValueError as exc:
+            raise KubeError(response.status, f"{method} {path}: not JSON: {text[:200]!r}",
+                            ) from exc
 
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
