@@ -40,10 +40,14 @@ redis.call('ZREM', processing_key, unpack(settled))
 for _, record in ipairs(records) do
   local id, lease, f = record[1], record[2], record[3]
   local job_key = job_prefix .. id
-  local n, hfield, hvalue = history_entry(f[5], 'acked', now, f[6], worker, nil)
-  redis.call('HSET', job_key, 'status', 'done', 'outcome', 'succeeded', 'updated_at', now,
-    'finished_at', now, 'events', n, hfield, hvalue)
-  keep_finished(job_key, done_ttl_ms)
+  if done_ttl_ms > 0 then
+    local n, hfield, hvalue = history_entry(f[5], 'acked', now, f[6], worker, nil)
+    redis.call('HSET', job_key, 'status', 'done', 'outcome', 'succeeded', 'updated_at', now,
+      'finished_at', now, 'events', n, hfield, hvalue)
+    redis.call('PEXPIRE', job_key, done_ttl_ms)
+  else
+    redis.call('DEL', job_key)  -- nothing kept: the cheapest ack (claim 2 + ack 2 commands)
+  end
   if f[3] then
     redis.call('SET', idem_prefix .. f[3], id .. '|done', 'PX', idem_done_ttl_ms)
   end
