@@ -136,3 +136,16 @@ async def test_unexpected_error_is_a_json_500_without_internals(
     assert "Traceback" not in body and "WRONGTYPE" not in body
     assert (await response.json())["error"] == "internal"
     assert any(record.exc_info for record in caplog.records)
+
+
+@pytest.mark.parametrize("body", [
+    pytest.param(b"[" * 200_000, id="deep-array"),
+    pytest.param(b'{"type": "t", "payload": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_001,
+                 id="deep-payload"),
+])
+async def test_deeply_nested_json_is_400_not_500(client: Any, body: bytes) -> None:
+    response = await client.post("/v1/queues/q/jobs", data=body,
+                                 headers={"Content-Type": "application/json"})
+    assert response.status == 400
+    error = await response.json()
+    assert (error["error"], error["field"]) == ("invalid_json", "body")

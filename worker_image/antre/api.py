@@ -211,6 +211,9 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(400, "invalid_json", f"body: not valid JSON ({exc})",
                          field="body") from None
+    except RecursionError:  # a few hundred KiB of '[' nest deeper than the parser recurses
+        raise BadRequest(400, "invalid_json", "body: JSON nested too deeply",
+                         field="body") from None
     if not isinstance(body, dict):
         raise BadRequest(400, "invalid_argument",
                          f"body: got a JSON {type(body).__name__}; must be a JSON object",
@@ -225,7 +228,10 @@ def _type_name(value: Any) -> str:
 
 
 def _invalid(field: str, value: Any, allowed: str) -> BadRequest:
-    shown = json.dumps(value)
+    try:
+        shown = json.dumps(value)
+    except RecursionError:
+        shown = f"a deeply nested {_type_name(value)}"
     if len(shown) > 80:
         shown = shown[:77] + "..."
     return BadRequest(400, "invalid_argument", f"{field}: got {shown} ({_type_name(value)}); "
@@ -308,6 +314,9 @@ async def enqueue(request: web.Request) -> web.Response:
                 headers=tracing.inject() or None)
         except errors.PayloadTooLarge as exc:
             raise BadRequest(413, "payload_too_large", str(exc), field="payload") from None
+        except RecursionError:  # parsed, but too deep to encode again at this stack depth
+            raise BadRequest(400, "invalid_argument", "payload: nested too deeply",
+                             field="payload") from None
         except errors.InvalidArgument as exc:
             field = str(exc).split(":", 1)[0]
             raise BadRequest(400, "invalid_argument", str(exc), field=field) from None
