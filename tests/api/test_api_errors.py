@@ -12,8 +12,9 @@ import logging
 from typing import Any
 
 import pytest
+import redis
 from antre import Queue
-from redis_servers import free_port
+from redis_servers import free_port, running_redis
 
 from .conftest import api_client_for
 
@@ -149,3 +150,40 @@ async def test_deeply_nested_json_is_400_not_500(client: Any, body: bytes) -> No
     assert response.status == 400
     error = await response.json()
     assert (error["error"], error["field"]) == ("invalid_json", "body")
+
+
+async def test_stopped_redis_server_is_503_then_recovers() -> None:
+    # A real server that answered before and was stopped: pooled connections are dead, not absent.
+    with running_redis() as server:
+        async with api_client_for(server.url) as api_client:
+            assert (await api_client.post("/v1/queues/q/jobs", json={"type": "t"})).status == 202
+            server.shutdown()
+            for method, path, body in [("POST", "/v1/queues/q/jobs", {"type": "t"}),
+                                       ("GET", "/v1/queues/q/stats", None),
+                                       ("GET", "/v1/queues/q/dead", None),
+                                       ("POST", "/v1/queues/q/dead/replay", {"all": True}),
+                                       ("GET", "/readyz", None)]:
+                response = await api_client.request(method, path, json=body)
+                assert response.status == 503, path
+                assert response.headers["Retry-After"] == "1"
+            server.start()
+            assert (await api_client.post("/v1/queues/q/jobs", json={"type": "t"})).status == 202
+
+
+async def test_redis_refusing_writes_is_503_with_retry_after() -> None:
+    # Out of memory under noeviction, and a read-only replica (a failover in progress): both
+    # pass by themselves, so the client is told to retry rather than handed a 500.
+    with running_redis("--maxmemory-policy", "noeviction") as server:
+        admin = redis.Redis.from_url(server.url)
+        async with api_client_for(server.url) as api_client:
+            admin.config_set("maxmemory", "1")
+            response = await api_client.post("/v1/queues/q/jobs", json={"type": "t"})
+            assert (response.status, response.headers.get("Retry-After")) == (503, "1")
+            assert (await response.json())["error"] == "redis_unavailable"
+            admin.config_set("maxmemory", "0")
+            admin.replicaof("127.0.0.1", str(free_port()))
+            response = await api_client.post("/v1/queues/q/jobs", json={"type": "t"})
+            assert (response.status, response.headers.get("Retry-After")) == (503, "1")
+            admin.replicaof("NO", "ONE")
+            assert (await api_client.post("/v1/queues/q/jobs", json={"type": "t"})).status == 202
+        admin.close()

@@ -48,6 +48,17 @@ OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+#: Refusals that pass by themselves (memory full under noeviction, a replica during a failover):
+#: answered like an outage, 503 with Retry-After, not as a server bug.
+_TRANSIENT_REFUSALS: Final = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError)
+
+
+def _transient_refusal(exc: BaseException) -> bool:
+    """True for a transient refusal, raw or wrapped by the script runner (which raises a
+    ProtocolError ``from None``: the original stays in ``__context__``)."""
+    return isinstance(exc, _TRANSIENT_REFUSALS) or (
+        isinstance(exc, errors.ProtocolError) and isinstance(exc.__context__, _TRANSIENT_REFUSALS))
+
 
 @dataclass(frozen=True, slots=True)
 class ApiSettings:
@@ -157,12 +168,21 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         response = _error_response(503, "redis_unavailable",
                                    "Redis is unavailable; retry later",
                                    headers={"Retry-After": str(state.settings.retry_after_s)})
-    except Exception:
-        request_id = secrets.token_hex(8)
-        log.exception("unhandled error", extra={"path": request.path, "method": request.method,
-                                                "request_id": request_id})
-        response = _error_response(500, "internal", f"internal error (request id {request_id}; "
-                                   "details are in the server log)")
+    except Exception as exc:
+        if _transient_refusal(exc):
+            log.warning("redis refused the command", extra={"path": request.path,
+                                                            "error": str(exc)})
+            response = _error_response(503, "redis_unavailable",
+                                       "Redis refused the command (out of memory or read-only); "
+                                       "retry later",
+                                       headers={"Retry-After": str(state.settings.retry_after_s)})
+        else:
+            request_id = secrets.token_hex(8)
+            log.exception("unhandled error", extra={"path": request.path,
+                                                    "method": request.method,
+                                                    "request_id": request_id})
+            response = _error_response(500, "internal", f"internal error (request id "
+                                       f"{request_id}; details are in the server log)")
     route = _route_name(request)
     state.requests.labels(request.method, route, str(response.status)).inc()
     state.request_seconds.labels(route).observe(time.perf_counter() - started)
