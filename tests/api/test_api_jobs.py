@@ -90,3 +90,12 @@ async def test_replay_by_ids_and_all(client: Any, redis_client: Any) -> None:
     assert (await response.json())["count"] == 2
     assert queue.stats().dead == 1
     assert queue.get(ids[0]).status == JobStatus.QUEUED
+
+
+async def test_delay_under_a_millisecond_is_queued_not_scheduled(client: Any,
+                                                                 redis_client: Any) -> None:
+    # The protocol counts whole milliseconds, so the job is ready at once: say so.
+    response = await client.post("/v1/queues/q/jobs", json={"type": "t", "delay_seconds": 0.0004})
+    body = await response.json()
+    assert (response.status, body["status"]) == (202, "queued")
+    assert Queue(redis_client, "q").get(body["job_id"]).status == JobStatus.QUEUED

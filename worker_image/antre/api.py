@@ -343,7 +343,8 @@ async def enqueue(request: web.Request) -> web.Response:
     location = f"/v1/queues/{queue.name}/jobs/{result.job_id}"
     if result.created:
         state.enqueued.labels(queue.name, "created").inc()
-        status = "scheduled" if job.delay_s > 0 else "queued"
+        # The protocol counts whole milliseconds: a shorter delay enqueues the job as ready.
+        status = "scheduled" if int(job.delay_s * 1000) > 0 else "queued"
         return web.json_response({"job_id": result.job_id, "status": status, "created": True},
                                  status=202, headers={"Location": location})
     state.enqueued.labels(queue.name, "existing").inc()
@@ -481,21 +482,29 @@ def create_app(redis_client: Any, *, queue_template: settings.QueueSettings | No
 
 def _api_args(parser: argparse.ArgumentParser) -> None:
     env = os.environ
-    parser.add_argument("--port", type=int, default=int(env.get("ANTRE_API_PORT") or DEFAULT_PORT),
+    # String defaults: argparse converts them only when `api` runs, so a bad value in the env
+    # is a usage error of `antre api`, not a traceback of every other command.
+    parser.add_argument("--port", type=int, default=env.get("ANTRE_API_PORT") or str(DEFAULT_PORT),
                         help="listen port (env ANTRE_API_PORT; default %(default)s)")
     parser.add_argument("--host", default=env.get("ANTRE_API_HOST", "0.0.0.0"),
                         help="listen address (env ANTRE_API_HOST; default %(default)s)")
     parser.add_argument("--max-body-bytes", type=int,
-                        default=int(env.get("ANTRE_API_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES),
+                        default=env.get("ANTRE_API_MAX_BODY_BYTES") or str(DEFAULT_MAX_BODY_BYTES),
                         help="largest request body (env ANTRE_API_MAX_BODY_BYTES; default "
                              "%(default)s)")
     parser.add_argument("--log-level", default=env.get("ANTRE_LOG_LEVEL", "INFO"))
 
 
+def token_from_env() -> str | None:
+    """ANTRE_API_TOKEN without surrounding whitespace (a Secret made from a file often ends in a
+    newline, which no client sends back), or None when unset or blank."""
+    return (os.environ.get("ANTRE_API_TOKEN") or "").strip() or None
+
+
 @cli.register("api", "serve the HTTP producer API (token from env ANTRE_API_TOKEN)")(_api_args)
 def run_api(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
-    token = os.environ.get("ANTRE_API_TOKEN") or None
+    token = token_from_env()
     if token is None:
         log.warning("ANTRE_API_TOKEN is not set: /v1/ is served without authentication")
     if not 0 <= args.port <= 65535:
