@@ -140,3 +140,50 @@ def test_unreachable_redis_is_one_line(capsys: Any) -> None:
                      "--sample-gap", "0"])
     assert code == cli.EXIT_UNAVAILABLE
     assert "unreachable" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("entry", ["{not json", "[1, 2]", '{"pid": "x"}'])
+def test_unreadable_worker_entry_is_a_finding_not_a_crash(queue: Queue, redis_url: str,
+                                                          capsys: Any, entry: str) -> None:
+    queue_states.register_worker(queue)
+    queue.redis.set(queue.keys.worker_prefix + "odd", entry)
+    queue.redis.zadd(queue.keys.workers, {"odd": queue_states.server_ms(queue)})
+    code, out = run(capsys, redis_url, "inspect")
+    assert code == 0
+    assert "workers (1)" in out and "unreadable registry entries: odd" in out
+    code, out = run(capsys, redis_url, "doctor")
+    assert code == 1
+    assert "WARNING  bad_worker_entry: 1 worker registry entr(y/ies) cannot be read" in out
+    code, out = run(capsys, redis_url, "top", "--iterations", "1", "--interval", "0")
+    assert code == 0 and "bad_worker_entry" in out
+
+
+def test_odd_job_records_and_lock_keys_do_not_crash(queue: Queue, redis_url: str,
+                                                    capsys: Any) -> None:
+    queue_states.register_worker(queue)
+    stuck = queue_states.stuck_lease(queue)
+    queue.redis.hset(queue.keys.job(stuck), "attempt", "x")
+    dead = queue_states.dead_letters(queue, [("E", 2)])
+    queue.redis.hset(queue.keys.job(dead[0]), "died_at", "soon")
+    queue.redis.delete(queue.keys.job(dead[1]))  # a dead job whose record expired
+    queue.redis.hset(queue.keys.resource_lock("weird"), "not", "a string")  # wrong key type
+    code, out = run(capsys, redis_url, "inspect")
+    assert code == 0
+    assert f"{stuck}  resize  worker=dead-worker  attempt=0" in out
+    assert "weird  job=(not a lock: wrong key type)  ttl none" in out
+    code, out = run(capsys, redis_url, "doctor", "--json")
+    assert code == 2
+    assert {"stuck_leases", "dead_letters", "lock_without_ttl"} <= {f["code"] for f in json.loads(out)}
+
+
+@pytest.mark.parametrize("flag", ["--stuck-lease", "--overdue-after", "--sample-gap",
+                                  "--max-ready-age", "--stale-heartbeat"])
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_non_finite_durations_are_usage_errors(redis_url: str, capsys: Any, flag: str,
+                                               value: str) -> None:
+    for command in ("inspect", "doctor", "top"):
+        code = cli.main([command, "--redis-url", redis_url, "--queue", "q", flag, value,
+                         "--iterations", "1"] if command == "top" else
+                        [command, "--redis-url", redis_url, "--queue", "q", flag, value])
+        assert code == cli.EXIT_USAGE, (command, flag, value)
+        assert "finite" in capsys.readouterr().err

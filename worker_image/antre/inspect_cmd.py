@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -20,12 +21,14 @@ import redis
 from antre import cli, errors, inspection
 from antre.client import Queue
 from antre.inspection import Severity, Snapshot, Thresholds
-from antre.protocol.depth import Depth
+from antre.protocol.depth import Depth, WorkerEntry
 
 #: Entries read per section: enough for one screen and for grouping, bounded for big queues.
 READ_LIMIT: Final = 50
 DEAD_READ_LIMIT: Final = 500
 LOCK_SCAN_LIMIT: Final = 1000
+#: Shown as the holder of a key under the lock prefix that is not a string (not antre's).
+NOT_A_LOCK: Final = "(not a lock: wrong key type)"
 
 
 def read_snapshot(queue: Queue, *, sample_gap_s: float = 1.0, thresholds: Thresholds | None = None,
@@ -54,6 +57,7 @@ def read_snapshot(queue: Queue, *, sample_gap_s: float = 1.0, thresholds: Thresh
             break
 
     pipe = redis_client.pipeline(transaction=False)
+    # raise_on_error=False: a key of the wrong type under the lock prefix is reported, not fatal.
     for job_id, _deadline in expired:
         pipe.hmget(k.job(job_id), "type", "worker", "attempt")
     for job_id, _due in overdue:
@@ -63,32 +67,32 @@ def read_snapshot(queue: Queue, *, sample_gap_s: float = 1.0, thresholds: Thresh
     for key in lock_keys:
         pipe.get(key)
         pipe.pttl(key)
-    replies = iter(pipe.execute())
+    replies = iter(pipe.execute(raise_on_error=False))
 
     leases = []
     for job_id, deadline in expired:
         job_type, worker, attempt = next(replies)
         leases.append(inspection.ExpiredLease(
             job_id=job_id, job_type=job_type or "?", worker=worker or "",
-            attempt=int(attempt or 0), expired_for_s=max(now - deadline, 0) / 1000))
+            attempt=_int(attempt), expired_for_s=max(now - deadline, 0) / 1000))
     retries = []
     for job_id, due in overdue:
         job_type, attempt, last_error = next(replies)
         retries.append(inspection.OverdueRetry(
-            job_id=job_id, job_type=job_type or "?", attempt=int(attempt or 0),
+            job_id=job_id, job_type=job_type or "?", attempt=_int(attempt),
             overdue_s=max(now - due, 0) / 1000, last_error=last_error or ""))
     dead = []
     for job_id in dead_ids:
         job_type, last_error, died_at = next(replies)
         dead.append(inspection.DeadJob(job_id=job_id, job_type=job_type or "?",
-                                       last_error=last_error or "", died_at_ms=int(died_at or 0)))
+                                       last_error=last_error or "", died_at_ms=_int(died_at)))
     holders: list[tuple[str, str, float | None]] = []
     for key in lock_keys:
-        value, pttl = next(replies), int(next(replies))
+        value, pttl = next(replies), _int(next(replies), -2)
         if value is None or pttl == -2:  # expired between SCAN and GET
             continue
-        holders.append((key[len(k.lock_prefix):], str(value).split(":", 1)[0],
-                        None if pttl < 0 else pttl / 1000))
+        holder = NOT_A_LOCK if isinstance(value, Exception) else str(value).split(":", 1)[0]
+        holders.append((key[len(k.lock_prefix):], holder, None if pttl < 0 else pttl / 1000))
     processing = []
     if holders:
         pipe = redis_client.pipeline(transaction=False)
@@ -99,6 +103,7 @@ def read_snapshot(queue: Queue, *, sample_gap_s: float = 1.0, thresholds: Thresh
                                      holder_processing=score is not None)
              for (resource, job_id, ttl), score in zip(holders, processing, strict=True)]
 
+    workers, bad_workers = _read_workers(queue, now)
     try:
         warning = queue.eviction_policy_warning()
     except redis.ResponseError:  # INFO may be renamed or disabled on managed Redis
@@ -106,8 +111,44 @@ def read_snapshot(queue: Queue, *, sample_gap_s: float = 1.0, thresholds: Thresh
     return Snapshot(queue=queue.name, before=before, after=after, expired_leases=leases,
                     overdue_retries=retries, overdue_total=overdue_total, dead_jobs=dead,
                     locks=sorted(locks, key=lambda lock: lock.resource),
-                    workers=sorted(queue.workers(), key=lambda w: w.worker_id),
-                    eviction_warning=warning)
+                    workers=sorted(workers, key=lambda w: w.worker_id),
+                    bad_worker_entries=bad_workers, eviction_warning=warning)
+
+
+def _int(value: Any, default: int = 0) -> int:
+    """A number from a hash field; ``default`` for a missing or unreadable one (the tools read
+    whatever is in Redis and must not fail on one odd field)."""
+    try:
+        return int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return default
+
+
+def _read_workers(queue: Queue, now_ms: int) -> tuple[list[WorkerEntry], list[str]]:
+    """The live workers, and the ids of registry entries that cannot be read (bad JSON, not an
+    object, wrong field types). The workers script is tried first; only when its parser fails on
+    an odd entry are the entries read one by one."""
+    try:
+        return queue.workers(), []
+    except (ValueError, TypeError, AttributeError):
+        pass
+    redis_client, k = queue.redis, queue.keys
+    workers, bad = [], []
+    for worker_id, beat in redis_client.zrange(k.workers, 0, -1, withscores=True):
+        raw_entry = redis_client.get(k.worker_prefix + worker_id)
+        if raw_entry is None:  # expired: not live, as the script would skip it
+            continue
+        try:
+            entry = json.loads(raw_entry)
+            workers.append(WorkerEntry(
+                worker_id=str(worker_id), pod=str(entry.get("pod", "")),
+                host=str(entry.get("host", "")), pid=int(entry.get("pid", 0)),
+                in_flight=int(entry.get("in_flight", 0)),
+                concurrency=int(entry.get("concurrency", 0)), last_beat_ms=int(beat),
+                started_at_ms=int(entry.get("started_at_ms", 0)), read_at_ms=now_ms))
+        except (ValueError, TypeError, AttributeError):
+            bad.append(str(worker_id))
+    return workers, bad
 
 
 # -- commands --------------------------------------------------------------------------------------
@@ -116,9 +157,9 @@ def _thresholds(args: argparse.Namespace) -> Thresholds:
     values = {name: getattr(args, name) for name in ("overdue_after_s", "stuck_lease_s",
                                                      "max_ready_age_s", "stale_heartbeat_s")}
     for name, value in values.items():
-        if value < 0:
+        if not 0 <= value < math.inf:  # NaN and inf too: NaN compares false, inf overflows
             raise errors.InvalidArgument(f"--{name[:-2].replace('_', '-')}: got {value}; "
-                                         "must be >= 0 seconds")
+                                         "must be a finite number >= 0 seconds")
     return Thresholds(**values)
 
 
@@ -142,8 +183,8 @@ def _inspect_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _check_gap(value: float, flag: str) -> None:
-    if value < 0:
-        raise errors.InvalidArgument(f"{flag}: got {value}; must be >= 0 seconds")
+    if not 0 <= value < math.inf:
+        raise errors.InvalidArgument(f"{flag}: got {value}; must be a finite number >= 0 seconds")
 
 
 @cli.register("inspect", "one screen: depth and trend, expired leases, overdue retries, dead "
@@ -196,6 +237,7 @@ def _top_args(parser: argparse.ArgumentParser) -> None:
 
 @cli.register("top", "live view of inspect and doctor, refreshed every --interval seconds")(_top_args)
 def run_top(args: argparse.Namespace) -> int:
+    _check_gap(args.sample_gap, "--sample-gap")
     _check_gap(args.interval, "--interval")
     if args.iterations < 0:
         raise errors.InvalidArgument(f"--iterations: got {args.iterations}; must be >= 0")

@@ -83,6 +83,8 @@ class Snapshot:
     locks: Sequence[ResourceLock] = ()
     workers: Sequence[WorkerEntry] = ()
     eviction_warning: str | None = None
+    #: Ids of worker registry entries that could not be read (bad JSON, wrong field types).
+    bad_worker_entries: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +216,8 @@ def diagnose(snapshot: Snapshot, thresholds: Thresholds = Thresholds()) -> list[
     grew = trend(snapshot).dead_delta
     if recent >= thresholds.burst_count or grew >= thresholds.burst_count:
         top = groups[0] if groups else None
-        cause = f"; top error ({top.count}x): {top.last_error[:120]}" if top else ""
+        cause = (f"; top error ({top.count}x): "
+                 f"{top.last_error[:120] or '(no error recorded)'}") if top else ""
         add(Finding(Severity.CRITICAL, "dead_letter_burst",
                     f"{max(recent, grew)} job(s) dead-lettered within the last "
                     f"{_s(thresholds.burst_window_s)}{cause}",
@@ -222,7 +225,8 @@ def diagnose(snapshot: Snapshot, thresholds: Thresholds = Thresholds()) -> list[
                     "deploy, a failing dependency), then `antre dlq replay`"))
     elif after.dead:
         top = groups[0] if groups else None
-        cause = f"; top error ({top.count}x): {top.last_error[:120]}" if top else ""
+        cause = (f"; top error ({top.count}x): "
+                 f"{top.last_error[:120] or '(no error recorded)'}") if top else ""
         add(Finding(Severity.WARNING, "dead_letters", f"{after.dead} dead job(s){cause}",
                     "inspect with `antre dlq list`; replay with `antre dlq replay` once fixed, "
                     "or drop them with `antre dlq purge`"))
@@ -259,6 +263,14 @@ def diagnose(snapshot: Snapshot, thresholds: Thresholds = Thresholds()) -> list[
                         f"{_s(worker.beat_age_s)} ago",
                         "the process is stalled (blocked event loop, CPU starvation, or "
                         "SIGSTOP): check the pod; its leases expire and are requeued"))
+
+    if snapshot.bad_worker_entries:
+        shown = ", ".join(snapshot.bad_worker_entries[:5])
+        add(Finding(Severity.WARNING, "bad_worker_entry",
+                    f"{len(snapshot.bad_worker_entries)} worker registry entr(y/ies) cannot be "
+                    f"read (not antre's JSON): {shown}",
+                    "delete those worker keys; a live antre worker rewrites its entry on its next "
+                    "heartbeat"))
 
     return sorted(findings, key=lambda f: -f.severity)
 
@@ -327,6 +339,9 @@ def render(snapshot: Snapshot, findings: Sequence[Finding] | None = None, *,
         f"{w.worker_id}  pod={w.pod}  jobs {w.in_flight}/{w.concurrency}  "
         f"last beat {_s(w.beat_age_s)} ago  up {_s(max(w.read_at_ms - w.started_at_ms, 0) / 1000)}"
         for w in snapshot.workers])
+    if snapshot.bad_worker_entries:
+        lines.append(_cut("  unreadable registry entries: "
+                          + ", ".join(snapshot.bad_worker_entries), width))
     if findings is not None:
         lines.append("findings: none, all clear" if not findings else f"findings ({len(findings)})")
         for finding in findings:
@@ -359,6 +374,7 @@ def to_dict(snapshot: Snapshot, findings: Sequence[Finding], *,
         "locks": [vars_of(x) for x in snapshot.locks],
         "workers": [{**vars_of(w), "beat_age_s": w.beat_age_s} for w in snapshot.workers],
         "eviction_warning": snapshot.eviction_warning,
+        "bad_worker_entries": list(snapshot.bad_worker_entries),
         "findings": [f.to_dict() for f in findings],
     }
 
