@@ -109,3 +109,11 @@ async def test_spans_follow_the_job_from_producer_to_worker(
 def test_without_an_active_span_nothing_is_injected() -> None:
     assert tracing.inject() == {}
     assert tracing.job_context("") == {} and tracing.job_context("not json") == {}
+
+
+def test_job_context_keeps_only_string_trace_headers() -> None:
+    from antre import tracing as tracing_module
+    assert tracing_module.job_context('{"traceparent": 5, "tracestate": "a=b", "x": "y"}') == {
+        "tracestate": "a=b"}
+    assert tracing_module.job_context('["traceparent"]') == {}
+    assert tracing_module.job_context("{bad") == {}

@@ -83,7 +83,9 @@ def job_context(headers_json: str) -> dict[str, str]:
         headers = json.loads(headers_json)
     except ValueError:
         return {}
-    return {k: v for k, v in headers.items() if k in ("traceparent", "tracestate")} \
+    # Only strings: the propagator fails on anything else, and headers are producer data.
+    return {k: v for k, v in headers.items()
+            if k in ("traceparent", "tracestate") and isinstance(v, str)} \
         if isinstance(headers, dict) else {}
 
 
