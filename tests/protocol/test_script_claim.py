@@ -83,7 +83,9 @@ def test_job_whose_key_is_done_is_settled_as_duplicate(redis_client, qs, ws):
     seed_job(redis_client, qs, "dup", idempotency_key="order-1")
     redis_client.set(qs.keys.idempotency("order-1"), "first|done")
     result = claim(redis_client, qs, ws)
-    assert result.jobs == [] and result.next_due_ms == result.now_ms  # claim again at once
+    # Reported, so the worker logs it, and the worker claims again at once.
+    assert result.jobs == [] and [(d.id, d.idempotency_key) for d in result.duplicates] == [
+        ("dup", "order-1")]
     state = dump(redis_client, qs)
     assert state["ready"] == state["processing"] == state["retry"] == state["dead"] == []
     job = state["jobs"]["dup"]

@@ -117,3 +117,22 @@ async def test_a_thread_past_its_timeout_keeps_its_slot_and_its_lock(redis_clien
     finally:
         hang.set()
     assert_invariants(redis_client, qs, check_locks=False)
+
+
+async def test_jobs_waiting_for_a_resource_follow_each_other_closely(redis_client, aredis, qs):
+    """A claim that only deferred jobs tells the worker when the next one is due, so a line of
+    jobs on one resource drains at the lock_defer pace, not one idle wait (1 s) per job."""
+    registry = HandlerRegistry()
+
+    @registry.handler("t")
+    async def noop(job: Job) -> None:
+        pass
+
+    queue = Queue(redis_client, settings=qs)
+    queue.enqueue_many([{"type": "t", "resource_key": "acct"} for _ in range(20)])
+    async with running_worker(aredis, qs, registry, concurrency=8, lock_defer_s=0.02):
+        started = asyncio.get_running_loop().time()
+        await eventually(lambda: queue.stats().counters.get("done", 0) == 20, timeout_s=15)
+        elapsed = asyncio.get_running_loop().time() - started
+    assert elapsed < 5, f"20 jobs on one resource took {elapsed:.1f} s"
+    assert_invariants(redis_client, qs)

@@ -90,7 +90,7 @@ def _demo_args(parser: argparse.ArgumentParser) -> None:
 def run_demo(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise errors.InvalidArgument(f"--jobs: got {args.jobs}; must be >= 1")
-    logs.configure("WARNING")
+    logs.configure("ERROR")  # the progress lines tell the story; retries would flood it
     if args.redis_url:
         return _demo(args.redis_url, args.queue, args.jobs)
     with throwaway_redis() as url:
@@ -106,7 +106,7 @@ def _demo(url: str, queue_name: str, count: int) -> int:
         if i % 10 == 9:
             jobs.append({"type": "refresh_report",
                          "payload": {"report": i, "broken": i == count - 1 or i == 9},
-                         "resource_key": f"report-{i % 5}"})
+                         "resource_key": f"report-{(i // 10) % 5}"})
         else:
             jobs.append({"type": "send_email", "payload": {"to": f"user{i}@example.com",
                                                            "flaky": rng.random() < 0.05},

@@ -16,9 +16,10 @@
 -- ARGV[9] -> lock_max_deferrals (after that many waits the job goes to dead)
 -- ARGV[10] -> done_ttl_ms (how long a finished record is kept)
 -- Returns: {0, next_due_ms or -1, now_ms} when nothing was popped, else
---          {1, n_duplicates, then 3 values per duplicate settled without running: id, type,
---           idempotency_key; then 10 values per leased job: id, type, payload, attempt,
---           max_attempts, lease, idempotency_key, resource_key, created_at, headers}
+--          {1, n_duplicates, next_due_ms or -1 (only read when nothing was leased), now_ms,
+--           then 3 values per duplicate settled without running: id, type, idempotency_key;
+--           then 10 values per leased job: id, type, payload, attempt, max_attempts, lease,
+--           idempotency_key, resource_key, created_at, headers}
 -- Errors: none of its own. Jobs whose record vanished are dropped from the queue; a record
 --         with unreadable counters is dead-lettered ('malformed record'), never thrown on,
 --         because a runtime error would strand the jobs already popped.
@@ -136,7 +137,14 @@ if #leased > 0 then
 end
 if #dups > 0 then redis.call('HINCRBY', stats_key, 'duplicate', #dups / 3) end
 if deferred > 0 then redis.call('HINCRBY', stats_key, 'lock_deferred', deferred) end
-local reply = {1, #dups / 3}
+-- When everything popped was deferred or settled, tell the worker when the next job is due,
+-- so it waits for that instead of a full idle period.
+local next_due = -1
+if #result == 0 then
+  local head = redis.call('ZRANGE', retry_key, 0, 0, 'WITHSCORES')
+  if head[2] then next_due = tonumber(head[2]) end
+end
+local reply = {1, #dups / 3, next_due, now}
 for _, value in ipairs(dups) do reply[#reply + 1] = value end
 for _, value in ipairs(result) do reply[#reply + 1] = value end
 return reply

@@ -26,9 +26,9 @@ class Duplicate:
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
     jobs: list[ClaimedJob]
-    #: When nothing was claimed: the due time (ms, Redis clock) of the next scheduled job, or None.
+    #: When nothing was leased: the due time (ms, Redis clock) of the next scheduled job, or None.
     next_due_ms: int | None
-    #: When nothing was claimed: the Redis clock (ms) at the call, to turn next_due_ms into a wait.
+    #: The Redis clock (ms) at the call, to turn next_due_ms into a wait.
     now_ms: int | None
     duplicates: list[Duplicate] = field(default_factory=list)
 
@@ -38,18 +38,19 @@ def _parse(reply: list[Any]) -> ClaimResult:
         next_due = int(reply[1])
         return ClaimResult(jobs=[], next_due_ms=None if next_due < 0 else next_due,
                            now_ms=int(reply[2]))
-    n_duplicates = int(reply[1])
+    n_duplicates, next_due, now = int(reply[1]), int(reply[2]), int(reply[3])
     duplicates = [Duplicate(id=reply[i], type=reply[i + 1], idempotency_key=reply[i + 2])
-                  for i in range(2, 2 + 3 * n_duplicates, 3)]
+                  for i in range(4, 4 + 3 * n_duplicates, 3)]
     jobs = []
-    for i in range(2 + 3 * n_duplicates, len(reply), _FIELDS):
+    for i in range(4 + 3 * n_duplicates, len(reply), _FIELDS):
         jobs.append(ClaimedJob(
             id=reply[i], type=reply[i + 1], payload_json=reply[i + 2], attempt=int(reply[i + 3]),
             max_attempts=int(reply[i + 4]), lease=int(reply[i + 5]),
             idempotency_key=reply[i + 6] or None, resource_key=reply[i + 7] or None,
             created_at_ms=int(reply[i + 8]), headers_json=reply[i + 9],
         ))
-    return ClaimResult(jobs=jobs, next_due_ms=None, now_ms=None, duplicates=duplicates)
+    return ClaimResult(jobs=jobs, next_due_ms=None if next_due < 0 else next_due, now_ms=now,
+                       duplicates=duplicates)
 
 
 def claim_op(settings: QueueSettings, worker_settings: WorkerSettings, *, worker_id: str,
