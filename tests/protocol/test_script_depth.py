@@ -42,8 +42,11 @@ def test_workers_lists_live_entries_only(redis_client, qs):
     entry = {"pod": "web-1", "host": "h", "pid": 7, "in_flight": 2, "concurrency": 8,
              "started_at_ms": now - 1000}
     redis_client.set(qs.keys.worker("w1"), json.dumps(entry), px=10_000)
-    redis_client.zadd(qs.keys.workers, {"w1": now - 500, "expired": now - 500})
-    [worker] = scripts.run(redis_client, workers_op(qs))
+    redis_client.set(qs.keys.worker("odd"), "{not json", px=10_000)
+    redis_client.zadd(qs.keys.workers, {"w1": now - 500, "expired": now - 500, "odd": now})
+    registry = scripts.run(redis_client, workers_op(qs))
+    [worker] = registry.entries
+    assert registry.unreadable == ["odd"]  # reported, and it hides nobody
     assert (worker.worker_id, worker.pod, worker.pid, worker.in_flight, worker.concurrency) == (
         "w1", "web-1", 7, 2, 8)
     assert worker.last_beat_ms == now - 500 and 0.5 <= worker.beat_age_s < 5

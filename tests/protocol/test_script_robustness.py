@@ -102,7 +102,7 @@ def test_ack_release_and_heartbeat_are_admitted_at_maxmemory():
         assert sorted(job.id for job in jobs) == sorted(ids)
         used = int(client.info("memory")["used_memory"])
         client.config_set("maxmemory", str(used - 1024))  # full from now on
-        with pytest.raises(errors.ProtocolError, match=r"OOM|maxmemory"):
+        with pytest.raises(errors.RedisRefused, match=r"OOM|maxmemory"):
             scripts.run(client, enqueue_ops(qs, [NewJob("t", {})])[0])
         extended = scripts.run(client, extend_op(
             qs, [(jobs[0].id, jobs[0].lease)], lease_ms=30_000, worker_id="w1",

@@ -344,6 +344,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except errors.JobNotFound as exc:
         print(f"antre {args.command}: {exc}", file=sys.stderr)
         return EXIT_NOT_FOUND
+    except errors.RedisRefused as exc:
+        print(f"antre {args.command}: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     except (errors.RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
         url = connection.redact(getattr(args, "redis_url", "") or "")
         print(f"antre {args.command}: Redis at {url} is unreachable: {exc}", file=sys.stderr)

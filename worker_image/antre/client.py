@@ -14,7 +14,7 @@ from antre import connection, errors, keys, redis_checks, tracing
 from antre.jobs import EnqueueResult, JobInfo
 from antre.protocol import scripts
 from antre.protocol.dead_letter import cancel_op, purge_op, replay_op
-from antre.protocol.depth import Depth, WorkerEntry, depth_op, workers_op
+from antre.protocol.depth import Depth, WorkerEntry, WorkerRegistry, depth_op, workers_op
 from antre.protocol.enqueue import NewJob, enqueue_ops
 from antre.protocol.reap import ReapResult, reap_op
 from antre.settings import QueueSettings
@@ -131,6 +131,11 @@ class Queue(_QueueBase):
         return self.stats()
 
     def workers(self) -> list[WorkerEntry]:
+        """Live workers (registry entries that cannot be read are left out)."""
+        return self.worker_registry().entries
+
+    def worker_registry(self) -> WorkerRegistry:
+        """Live workers, and the ids of registry entries that cannot be read."""
         return self._run(workers_op(self.settings))  # type: ignore[no-any-return]
 
     def dead_letters(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
@@ -139,7 +144,7 @@ class Queue(_QueueBase):
         pipe = self.redis.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(self.keys.job(job_id))
-        return [JobInfo.from_hash(fields) for fields in pipe.execute() if fields]
+        return [JobInfo.from_hash(fields) for fields in pipe.execute() if fields and "id" in fields]
 
     def replay(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> list[str]:
         """Moves dead jobs back to the queue with a fresh attempt budget (given ids, or the
@@ -200,6 +205,11 @@ class AsyncQueue(_QueueBase):
         return await self.stats()
 
     async def workers(self) -> list[WorkerEntry]:
+        """Live workers (registry entries that cannot be read are left out)."""
+        return (await self.worker_registry()).entries
+
+    async def worker_registry(self) -> WorkerRegistry:
+        """Live workers, and the ids of registry entries that cannot be read."""
         return await self._run(workers_op(self.settings))  # type: ignore[no-any-return]
 
     async def dead_letters(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
@@ -207,7 +217,8 @@ class AsyncQueue(_QueueBase):
         pipe = self.redis.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(self.keys.job(job_id))
-        return [JobInfo.from_hash(fields) for fields in await pipe.execute() if fields]
+        return [JobInfo.from_hash(fields) for fields in await pipe.execute()
+                if fields and "id" in fields]
 
     async def replay(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> list[str]:
         return await self._run(replay_op(self.settings, job_ids, limit=limit))  # type: ignore[no-any-return]

@@ -37,6 +37,11 @@ class RedisUnavailable(AntreError):
     """Redis could not be reached or answered with an error that is not ours."""
 
 
+class RedisRefused(RedisUnavailable):
+    """Redis is up but refuses writes for now: out of memory (noeviction) or a read-only
+    replica during a failover. Retry later, as for an outage."""
+
+
 class ProtocolError(AntreError):
     """A script replied with something its wrapper does not understand."""
 

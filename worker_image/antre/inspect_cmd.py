@@ -125,30 +125,9 @@ def _int(value: Any, default: int = 0) -> int:
 
 
 def _read_workers(queue: Queue, now_ms: int) -> tuple[list[WorkerEntry], list[str]]:
-    """The live workers, and the ids of registry entries that cannot be read (bad JSON, not an
-    object, wrong field types). The workers script is tried first; only when its parser fails on
-    an odd entry are the entries read one by one."""
-    try:
-        return queue.workers(), []
-    except (ValueError, TypeError, AttributeError):
-        pass
-    redis_client, k = queue.redis, queue.keys
-    workers, bad = [], []
-    for worker_id, beat in redis_client.zrange(k.workers, 0, -1, withscores=True):
-        raw_entry = redis_client.get(k.worker_prefix + worker_id)
-        if raw_entry is None:  # expired: not live, as the script would skip it
-            continue
-        try:
-            entry = json.loads(raw_entry)
-            workers.append(WorkerEntry(
-                worker_id=str(worker_id), pod=str(entry.get("pod", "")),
-                host=str(entry.get("host", "")), pid=int(entry.get("pid", 0)),
-                in_flight=int(entry.get("in_flight", 0)),
-                concurrency=int(entry.get("concurrency", 0)), last_beat_ms=int(beat),
-                started_at_ms=int(entry.get("started_at_ms", 0)), read_at_ms=now_ms))
-        except (ValueError, TypeError, AttributeError):
-            bad.append(str(worker_id))
-    return workers, bad
+    """The live workers, and the ids of registry entries that cannot be read."""
+    registry = queue.worker_registry()
+    return registry.entries, registry.unreadable
 
 
 # -- commands --------------------------------------------------------------------------------------

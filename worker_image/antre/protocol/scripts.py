@@ -58,6 +58,9 @@ _ERROR_TYPES: dict[str, type[errors.AntreError]] = {
 
 def _translate(exc: redis.ResponseError) -> Exception:
     message = str(exc)
+    if isinstance(exc, redis.exceptions.OutOfMemoryError | redis.exceptions.ReadOnlyError) or (
+            "used memory > 'maxmemory'" in message):
+        return errors.RedisRefused(f"Redis refused the command: {message}")
     code = message.split(" ", 1)[0]
     error_type = _ERROR_TYPES.get(code)
     if error_type is not None:
