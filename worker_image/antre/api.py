@@ -54,10 +54,8 @@ _TRANSIENT_REFUSALS: Final = (redis.exceptions.OutOfMemoryError, redis.exception
 
 
 def _transient_refusal(exc: BaseException) -> bool:
-    """True for a transient refusal, raw or wrapped by the script runner (which raises a
-    ProtocolError ``from None``: the original stays in ``__context__``)."""
-    return isinstance(exc, _TRANSIENT_REFUSALS) or (
-        isinstance(exc, errors.ProtocolError) and isinstance(exc.__context__, _TRANSIENT_REFUSALS))
+    """True for a transient refusal, raw (plain commands) or as the script runner reports it."""
+    return isinstance(exc, _TRANSIENT_REFUSALS | errors.RedisRefused)
 
 
 @dataclass(frozen=True, slots=True)
