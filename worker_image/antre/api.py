@@ -55,7 +55,7 @@ _TRANSIENT_REFUSALS: Final = (redis.exceptions.OutOfMemoryError, redis.exception
 
 def _transient_refusal(exc: BaseException) -> bool:
     """True for a transient refusal, raw (plain commands) or as the script runner reports it."""
-    return isinstance(exc, _TRANSIENT_REFUSALS | errors.RedisRefused)
+    return isinstance(exc, (*_TRANSIENT_REFUSALS, errors.RedisRefused))
 
 
 @dataclass(frozen=True, slots=True)
