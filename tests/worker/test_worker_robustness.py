@@ -136,3 +136,12 @@ async def test_jobs_waiting_for_a_resource_follow_each_other_closely(redis_clien
         elapsed = asyncio.get_running_loop().time() - started
     assert elapsed < 5, f"20 jobs on one resource took {elapsed:.1f} s"
     assert_invariants(redis_client, qs)
+
+
+async def test_health_reports_a_dead_loop(redis_client, aredis, qs):
+    registry = HandlerRegistry()
+    async with running_worker(aredis, qs, registry) as worker:
+        await eventually(lambda: worker._loops)
+        assert worker.healthy()
+        worker._loops[-1].cancel()  # as if the reaper loop had died of a defect
+        await eventually(lambda: not worker.healthy(), timeout_s=2)

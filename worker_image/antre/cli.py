@@ -160,7 +160,7 @@ async def _serve_worker(url: str, queue_settings: settings.QueueSettings,
         depth_reads = asyncio.create_task(depth.refresh_loop([AsyncQueue(worker.redis,
                                                                          settings=queue_settings)]))
         server = await serve_metrics(metrics.registry, port=worker_settings.metrics_port,
-                                     healthy=lambda: True)
+                                     healthy=worker.healthy)
     try:
         await worker.run()
     finally:

@@ -117,6 +117,7 @@ class Worker:
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._idle_wait: asyncio.Task[Any] | None = None
+        self._loops: list[asyncio.Task[Any]] = []
         self._executor = ThreadPoolExecutor(max_workers=settings.concurrency,
                                             thread_name_prefix="antre-handler")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -140,6 +141,13 @@ class Worker:
     def in_flight(self) -> int:
         return len(self._held)
 
+    def healthy(self) -> bool:
+        """For the liveness probe: False once one of the worker's loops has ended while the
+        worker is not stopping (they only end on a defect; a restart is the cure)."""
+        if self._stopping.is_set():
+            return True
+        return all(not task.done() for task in self._loops)
+
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self._check_redis()
@@ -154,6 +162,7 @@ class Worker:
             asyncio.create_task(self.heartbeat.run(), name="antre-heartbeat"),
             asyncio.create_task(self.reaper.run(), name="antre-reaper"),
         ]
+        self._loops = [claimer, *background]
         try:
             await self._stopping.wait()
             await claimer
