@@ -89,6 +89,10 @@ def _worker_args(parser: argparse.ArgumentParser) -> None:
                         help="seconds running jobs may finish on SIGTERM before they are released")
     parser.add_argument("--reaper-interval", type=float, default=env.get("ANTRE_REAPER_INTERVAL"),
                         help="seconds between in-process reaper passes (default 5)")
+    parser.add_argument("--lock-defer", type=float, default=env.get("ANTRE_LOCK_DEFER"),
+                        help="seconds a job waits when its resource is busy (default 1)")
+    parser.add_argument("--lock-max-deferrals", type=int, default=env.get("ANTRE_LOCK_MAX_DEFERRALS"),
+                        help="waits for a busy resource before the job is dead-lettered (default 600)")
     parser.add_argument("--metrics-port", type=int, default=env.get("ANTRE_METRICS_PORT"),
                         help="serve /metrics and /healthz on this port")
     parser.add_argument("--log-level", default=env.get("ANTRE_LOG_LEVEL", "INFO"))
@@ -101,6 +105,8 @@ def worker_settings_from_args(args: argparse.Namespace) -> settings.WorkerSettin
                              ("job_timeout", "job_timeout_s", float),
                              ("grace_period", "grace_period_s", float),
                              ("reaper_interval", "reaper_interval_s", float),
+                             ("lock_defer", "lock_defer_s", float),
+                             ("lock_max_deferrals", "lock_max_deferrals", int),
                              ("metrics_port", "metrics_port", int)):
         raw = getattr(args, name)
         if raw is not None and raw != "":

@@ -114,6 +114,12 @@ ENV_VARS = {
     "ANTRE_BACKOFF_MAX": "backoff cap, seconds",
     "ANTRE_GRACE_PERIOD": "graceful-shutdown period, seconds",
     "ANTRE_METRICS_PORT": "metrics port",
+    "ANTRE_DONE_TTL": "how long finished records are kept, seconds",
+    "ANTRE_IDEMPOTENCY_TTL": "how long an idempotency key dedupes enqueues, seconds",
+    "ANTRE_IDEMPOTENCY_DONE_TTL": "how long a completed key turns re-runs into duplicates, seconds",
+    "ANTRE_MAX_PAYLOAD_BYTES": "largest encoded payload, bytes",
+    "ANTRE_LOCK_DEFER": "wait for a busy resource, seconds",
+    "ANTRE_LOCK_MAX_DEFERRALS": "waits for a busy resource before dead-lettering",
 }
 
 
@@ -135,7 +141,18 @@ def queue_settings_from_env(env: Mapping[str, str] | None = None, **overrides: o
         values["name"] = env["ANTRE_QUEUE"]
     if env.get("ANTRE_PREFIX"):
         values["prefix"] = env["ANTRE_PREFIX"]
-    if (attempts := env_value(env, "ANTRE_MAX_ATTEMPTS", int)) is not None:
-        values["max_attempts"] = attempts
+    for name, field_name, kind in _QUEUE_ENV:
+        if (value := env_value(env, name, kind)) is not None:
+            values[field_name] = value
     values.update({k: v for k, v in overrides.items() if v is not None})
     return QueueSettings(**values)  # type: ignore[arg-type]
+
+
+#: Environment variables for the numeric queue settings: (variable, field, type).
+_QUEUE_ENV: tuple[tuple[str, str, type[int] | type[float]], ...] = (
+    ("ANTRE_MAX_ATTEMPTS", "max_attempts", int),
+    ("ANTRE_DONE_TTL", "done_ttl_s", float),
+    ("ANTRE_IDEMPOTENCY_TTL", "idempotency_ttl_s", float),
+    ("ANTRE_IDEMPOTENCY_DONE_TTL", "idempotency_done_ttl_s", float),
+    ("ANTRE_MAX_PAYLOAD_BYTES", "max_payload_bytes", int),
+)
