@@ -125,10 +125,7 @@ def test_peering_object_per_mode(rendered: Render) -> None:
 
 def test_the_operator_accepts_the_rendered_command_line(rendering: Rendering) -> None:
     """Every variant's args parse with antre-operator's own argument parser."""
-    try:
-        from antre_operator import __main__ as operator_main
-    except ImportError as exc:  # written in parallel (issue 3)
-        pytest.xfail(f"antre_operator.__main__ not importable yet: {exc}")
+    from antre_operator import __main__ as operator_main
     deployment = rendering.one("Deployment", f"{FULLNAME}-operator")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     args = operator_main.parse_args(container["args"])

@@ -133,8 +133,6 @@ def test_worker_entrypoint_help(venv: Path) -> None:
 
 
 def test_operator_entrypoint_help(venv: Path) -> None:
-    if not (REPO_ROOT / "operator" / "antre_operator" / "__main__.py").exists():
-        pytest.xfail("antre_operator/__main__.py (issue 3) is not written yet")
     out = run(venv / "bin" / "antre-operator", "--help", cwd=venv, env=clean_env())
     # The flags the chart passes (templates/operator-deployment.yaml).
     for flag in ("--namespace", "--all-namespaces", "--standalone", "--peering", "--liveness"):

@@ -35,9 +35,9 @@ def test_ack_settles_done_marks_key_and_frees_lock(redis_client, qs):
     # The done marker outlives the enqueue TTL: it is set with idempotency_done_ttl.
     assert 1000 < redis_client.pttl(qs.keys.idempotency("k")) <= qs.idempotency_done_ttl_s * 1000
     assert_invariants(redis_client, qs)
-    # Acking again with the same token (a retry whose reply was lost) changes nothing: no second
-    # "done" count, no second history entry.
-    ack(redis_client, qs, [("a", 3)])
+    # Acking again with the same token (a retry whose reply was lost) reports the job acked and
+    # changes nothing: no second "done" count, no second history entry.
+    assert ack(redis_client, qs, [("a", 3)]) == [True]
     assert dump(redis_client, qs) == state
 
 

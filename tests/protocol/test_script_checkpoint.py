@@ -23,6 +23,7 @@ def test_checkpoint_with_current_token(redis_client, qs):
 @pytest.mark.parametrize("seed", [
     pytest.param({"status": "processing", "lease": 3}, id="newer-lease"),
     pytest.param({"status": "queued", "lease": 2}, id="requeued"),
+    pytest.param({"status": "processing", "lease": 2, "worker": "w2"}, id="claimed-by-another-worker"),
 ])
 def test_checkpoint_with_stale_token_writes_nothing(redis_client, qs, seed):
     seed_job(redis_client, qs, "a", attempt=1, **seed)

@@ -118,3 +118,50 @@ def test_ack_release_and_heartbeat_are_admitted_at_maxmemory():
         client.config_set("maxmemory", "0")
         assert_invariants(client, qs, check_locks=False)
         client.close()
+
+
+@pytest.mark.parametrize("broken_key", [
+    pytest.param("lock", id="resource-lock-is-a-hash"),
+    pytest.param("idem", id="idempotency-key-is-a-hash"),
+])
+def test_claim_dead_letters_a_job_whose_lock_or_key_has_the_wrong_type(redis_client, qs, ws,
+                                                                       broken_key):
+    seed_job(redis_client, qs, "a")
+    seed_job(redis_client, qs, "b", resource_key="res", idempotency_key="k")
+    seed_job(redis_client, qs, "c")
+    key = qs.keys.resource_lock("res") if broken_key == "lock" else qs.keys.idempotency("k")
+    redis_client.hset(key, "odd", "1")
+    result = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=10))
+    assert sorted(job.id for job in result.jobs) == ["a", "c"]
+    assert sorted(redis_client.zrange(qs.keys.processing, 0, -1)) == ["a", "c"]
+    assert redis_client.lrange(qs.keys.dead, 0, -1) == ["b"]
+    assert "wrong Redis type" in redis_client.hget(qs.keys.job("b"), "last_error")
+
+
+def test_claim_and_ack_of_thousands_at_once(redis_client, qs):
+    """Lua's unpack stops at a few thousand values; the scripts chunk instead of failing after
+    the pop (which would strand the whole batch)."""
+    ws = WorkerSettings(concurrency=5000)
+    for op in enqueue_ops(qs, [NewJob("t", {}) for _ in range(4500)]):
+        scripts.run(redis_client, op)
+    jobs = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=4500)).jobs
+    assert len(jobs) == 4500 and redis_client.zcard(qs.keys.processing) == 4500
+    acked = scripts.run(redis_client, ack_op(qs, [(j.id, j.lease) for j in jobs], worker_id="w1"))
+    assert acked == [True] * 4500 and redis_client.zcard(qs.keys.processing) == 0
+    assert_invariants(redis_client, qs)
+
+
+def test_a_kept_lock_is_not_taken_over_by_the_next_attempt_of_the_same_job(redis_client, qs, ws):
+    """fail(keep_lock) is for a run that may still be going (a thread past its timeout): the
+    retry must wait for the lock to expire like any other job on that resource."""
+    seed_job(redis_client, qs, "a", resource_key="res")
+    [job] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
+    scripts.run(redis_client, fail_op(qs, (job.id, job.lease), error="timed out", retry_delay_ms=0,
+                                      worker_id="w1", keep_lock=True))
+    assert redis_client.get(qs.keys.resource_lock("res")) == f"a:{job.lease}"
+    again = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1))
+    assert again.jobs == [] and redis_client.hget(qs.keys.job("a"), "status") == "scheduled"
+    redis_client.delete(qs.keys.resource_lock("res"))  # as when its TTL runs out
+    redis_client.zadd(qs.keys.retry, {"a": 0})  # due now
+    [retry] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
+    assert retry.attempt == 2

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from antre.handlers import HandlerRegistry
+from antre.metrics import WorkerMetrics
 from antre.settings import QueueSettings, WorkerSettings
 from antre.worker import Worker
 
@@ -20,8 +21,10 @@ FAST = {"visibility_timeout_s": 5.0, "reaper_interval_s": 0.2, "grace_period_s":
 
 @contextlib.asynccontextmanager
 async def running_worker(redis: Any, qs: QueueSettings, registry: HandlerRegistry, *,
-                         worker_id: str = "w1", **settings: Any) -> AsyncIterator[Worker]:
-    worker = Worker(redis, qs, WorkerSettings(**{**FAST, **settings}), registry, worker_id=worker_id)
+                         worker_id: str = "w1", metrics: WorkerMetrics | None = None,
+                         **settings: Any) -> AsyncIterator[Worker]:
+    worker = Worker(redis, qs, WorkerSettings(**{**FAST, **settings}), registry, worker_id=worker_id,
+                    metrics=metrics)
     task = asyncio.create_task(worker.run(), name=f"worker-{worker_id}")
     try:
         yield worker

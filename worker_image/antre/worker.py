@@ -260,6 +260,8 @@ class Worker:
             for duplicate in result.duplicates:
                 logs.duplicate_event(duplicate.id, duplicate.type, duplicate.idempotency_key,
                                      worker_id=self.worker_id)
+                if self.metrics is not None:
+                    self.metrics.outcome(duplicate.type, "duplicate")
             if result.jobs:
                 for claimed in result.jobs:
                     tracing.record_claim(self.queue.name, claimed, claim_ns, time.time_ns())
@@ -509,7 +511,8 @@ class Worker:
         run = self._held.get(job_id)
         # Only the run holding that very lease; a settling run's ack or fail call is in flight
         # and its reply decides the outcome.
-        if run is None or run.claimed.lease != lease or run.lost or run.settling:
+        if (run is None or run.claimed.lease != lease or run.lost or run.released
+                or run.settling):
             return
         run.lost = True
         # An async handler stops at its next await. A thread cannot be stopped: its task keeps

@@ -68,3 +68,10 @@ local function take_dead(dead_key, first, limit)
   end
   return ids
 end
+
+-- ZREM of any number of members: Lua's unpack has a limit of a few thousand values.
+local function zrem_all(key, members)
+  for first = 1, #members, 1000 do
+    redis.call('ZREM', key, unpack(members, first, math.min(first + 999, #members)))
+  end
+end

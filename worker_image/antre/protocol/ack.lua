@@ -36,7 +36,7 @@ if #settled == 0 then return result end
 
 -- ZREM first: a write that cannot grow memory admits the script when Redis is at maxmemory
 -- (noeviction), so a full Redis can still ack, which is what frees memory.
-redis.call('ZREM', processing_key, unpack(settled))
+zrem_all(processing_key, settled)
 for _, record in ipairs(records) do
   local id, lease, f = record[1], record[2], record[3]
   local job_key = job_prefix .. id

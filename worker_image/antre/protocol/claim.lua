@@ -59,7 +59,7 @@ for _, id in ipairs(ids) do
   -- pcall: a key of the wrong type must not abort the script with jobs already popped.
   local f = redis.pcall('HMGET', job_key, 'type', 'payload', 'attempt', 'max_attempts', 'lease',
     'idempotency_key', 'resource_key', 'created_at', 'headers', 'events', 'status',
-    'lock_deferrals')
+    'lock_deferrals', 'lock_kept')
   if f.err then f = {} end
   local job_type, status = f[1], f[11]
   local attempt, lease = tonumber(f[3]), tonumber(f[5])
@@ -72,20 +72,34 @@ for _, id in ipairs(ids) do
     local idem, resource = f[6], f[7]
     attempt, lease = attempt + 1, lease + 1
     local outcome = 'run'
+    local broken = nil
     if idem then
-      local marker = redis.call('GET', idem_prefix .. idem)
-      if marker and string.sub(marker, -5) == '|done' then outcome = 'duplicate' end
+      local marker = redis.pcall('GET', idem_prefix .. idem)
+      if type(marker) == 'table' and marker.err then
+        broken = 'idempotency key ' .. idem .. ' holds the wrong Redis type'
+      elseif marker and string.sub(marker, -5) == '|done' then
+        outcome = 'duplicate'
+      end
     end
     local token = id .. ':' .. lease
-    if outcome == 'run' and resource then
+    if not broken and outcome == 'run' and resource then
       local lock_key = lock_prefix .. resource
-      local holder = redis.call('GET', lock_key)
-      -- A lock left by an earlier attempt of this same job belongs to a dead lease.
-      if holder and string.match(holder, '^([^:]+)') ~= id then
+      local holder = redis.pcall('GET', lock_key)
+      if type(holder) == 'table' and holder.err then
+        broken = 'resource lock ' .. resource .. ' holds the wrong Redis type'
+      -- A lock left by an earlier attempt of this same job belongs to a dead lease, unless
+      -- that attempt's run may still be going (a handler thread past its timeout: lock_kept).
+      elseif holder and (string.match(holder, '^([^:]+)') ~= id
+          or holder == id .. ':' .. tostring(f[13])) then
         outcome = 'deferred'
       else
         redis.call('SET', lock_key, token, 'PX', lease_ms)
       end
+    end
+    if broken then
+      -- pcall above: a runtime error would strand every job popped in this call.
+      outcome = 'broken'
+      dead_letter(job_key, id, f[10], f[3], broken)
     end
 
     if outcome == 'run' then
@@ -104,6 +118,8 @@ for _, id in ipairs(ids) do
       result[#result + 1] = resource or ''
       result[#result + 1] = created_at
       result[#result + 1] = f[9] or ''
+    elseif outcome == 'broken' then
+      -- already dead-lettered
     elseif outcome == 'duplicate' then
       -- The key was completed by another run: settle without calling the handler.
       local n, hfield, hvalue = history_entry(f[10], 'duplicate', now, f[3], worker,
@@ -132,8 +148,10 @@ for _, id in ipairs(ids) do
   end
 end
 
-if #leased > 0 then
-  redis.call('ZADD', processing_key, unpack(leased))
+-- In chunks: Lua's unpack has a limit of a few thousand values, and an error here would
+-- strand every job of the batch.
+for first = 1, #leased, 1000 do
+  redis.call('ZADD', processing_key, unpack(leased, first, math.min(first + 999, #leased)))
 end
 if #dups > 0 then redis.call('HINCRBY', stats_key, 'duplicate', #dups / 3) end
 if deferred > 0 then redis.call('HINCRBY', stats_key, 'lock_deferred', deferred) end

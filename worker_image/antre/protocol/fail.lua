@@ -25,7 +25,12 @@ if f[1] ~= 'processing' or f[2] ~= lease or f[7] ~= worker then
     .. ': not the current lease (requeued, settled, or claimed by another worker)')
 end
 redis.call('ZREM', processing_key, id)
-if not keep_lock then release_lock(lock_prefix, f[5], id .. ':' .. lease) end
+if keep_lock then
+  -- The claim of the next attempt must not take this lock over while the old run may go on.
+  redis.call('HSET', job_key, 'lock_kept', lease)
+else
+  release_lock(lock_prefix, f[5], id .. ':' .. lease)
+end
 
 -- A record with unreadable counters cannot be retried safely: dead-letter it.
 local attempt, max_attempts = tonumber(f[3]) or 0, tonumber(f[4]) or 0

@@ -29,7 +29,7 @@ end
 if #released == 0 then return result end
 
 -- ZREM first: it cannot grow memory, so a Redis at maxmemory still admits the release.
-redis.call('ZREM', processing_key, unpack(released))
+zrem_all(processing_key, released)
 for _, record in ipairs(records) do
   local id, lease, f = record[1], record[2], record[3]
   local attempt = math.max((tonumber(f[3]) or 1) - 1, 0)
