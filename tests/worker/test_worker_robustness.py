@@ -196,3 +196,26 @@ async def test_duplicates_are_logged_and_counted(redis_client, aredis, qs, caplo
     assert any(getattr(r, "event", None) == "duplicate" and r.job_id == second
                for r in caplog.records)
     assert metrics.jobs.labels(qs.name, "t", "duplicate")._value.get() == 1
+
+
+async def test_an_idle_worker_blocks_instead_of_polling(redis_client, aredis, qs):
+    """Issue 2: a blocking wait when the queue is empty. Over 1.5 idle seconds the worker
+    makes about one claim call per second (the BLMOVE timeout), not hundreds."""
+    registry = HandlerRegistry()
+
+    @registry.handler("t")
+    async def noop(job: Job) -> None:
+        pass
+
+    def calls(command: str) -> int:
+        return int(redis_client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+    async with running_worker(aredis, qs, registry, reaper_interval_s=60,
+                              visibility_timeout_s=30) as worker:
+        await eventually(lambda: worker._loops)
+        await asyncio.sleep(0.2)  # past start-up (registration, first claim)
+        scripts_before, waits_before = calls("evalsha"), calls("blmove")
+        await asyncio.sleep(1.5)
+        scripts_made, waits_made = calls("evalsha") - scripts_before, calls("blmove") - waits_before
+    assert scripts_made <= 4, f"{scripts_made} script calls in 1.5 idle seconds"
+    assert 1 <= waits_made <= 3
