@@ -19,9 +19,16 @@ import sys
 import threading
 from collections.abc import Sequence
 
-import kopf
+try:
+    import kopf
 
-from antre_operator import handlers, reconciling, settings
+    from antre_operator import handlers, reconciling, settings
+except ModuleNotFoundError as exc:  # installed without the operator extra
+    if exc.name not in ("kopf", "kubernetes"):
+        raise
+    sys.stderr.write(f"antre-operator: the module {exc.name!r} is missing; install the operator "
+                     "extra: pip install 'antre[operator]'\n")
+    raise SystemExit(2) from None
 
 __all__ = ["handlers", "main", "parse_args", "run"]
 

@@ -36,3 +36,15 @@ async def test_right_token_passes(secured_client: Any) -> None:
 @pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics", "/openapi.json"])
 async def test_open_paths_need_no_token(secured_client: Any, path: str) -> None:
     assert (await secured_client.get(path)).status == 200
+
+
+async def test_unknown_path_outside_the_api_is_404_without_a_token(secured_client: Any) -> None:
+    response = await secured_client.get("/nope")
+    assert response.status == 404 and (await response.json())["error"] == "not_found"
+
+
+async def test_a_non_bearer_scheme_is_named(secured_client: Any) -> None:
+    response = await secured_client.get("/v1/queues/q/stats",
+                                        headers={"Authorization": f"Basic {TOKEN}"})
+    assert response.status == 401
+    assert "scheme 'Basic'; must be 'Bearer <token>'" in (await response.json())["message"]

@@ -9,6 +9,8 @@ from_dsn.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -139,3 +141,13 @@ def test_bearer_token(api_key: dict[str, str], token: str | None) -> None:
     config = kubernetes.client.Configuration()
     config.api_key = api_key
     assert kube.bearer_token(config) == token
+
+
+def test_the_command_without_the_operator_extra_says_what_to_install() -> None:
+    """`pip install antre` installs the antre-operator script too; without kopf it must say
+    which extra is missing, not print a traceback."""
+    code = ("import sys\nsys.modules['kopf'] = None  # as if not installed\n"
+            "from antre_operator.__main__ import main\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "pip install 'antre[operator]'" in result.stderr and "Traceback" not in result.stderr

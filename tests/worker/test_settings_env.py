@@ -40,3 +40,9 @@ def test_worker_flags_reach_the_worker_settings() -> None:
             worker.grace_period_s, worker.reaper_interval_s, worker.lock_defer_s,
             worker.lock_max_deferrals, worker.backoff.base_s, worker.backoff.max_s) == (
         8, 12, 5, 3, 0.5, 0.1, 7, 0.5, 9)
+
+
+def test_queue_settings_from_env_classmethod(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTRE_MAX_ATTEMPTS", "7")
+    assert settings.QueueSettings.from_env(name="mail").max_attempts == 7
+    assert settings.QueueSettings.from_env({"ANTRE_MAX_ATTEMPTS": "2"}).max_attempts == 2

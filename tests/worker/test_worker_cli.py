@@ -16,7 +16,7 @@ from antre.protocol.claim import claim_op
 from antre.protocol.settle import ack_op, fail_op
 from antre.settings import QueueSettings, WorkerSettings
 from invariants import assert_invariants
-from redis_servers import child_env, free_port
+from redis_servers import child_env, free_port, wait_until
 
 QS = QueueSettings(name="cli")
 #: The installed console script when there is one, else the same entry point through -m.
@@ -36,7 +36,7 @@ def test_enqueue_prints_the_id(redis_client, redis_url, capsys):
         "email", {"to": "a@b.c"}, "k1", 2)
     assert cli(redis_url, "enqueue", "email", "{}", "--idempotency-key", "k1") == 0
     out = capsys.readouterr()
-    assert out.out.strip() == job_id and "existing job returned" in out.err
+    assert out.out.strip() == job_id and f"already used: job {job_id} returned" in out.err
     assert_invariants(redis_client, QS)
 
 
@@ -83,7 +83,9 @@ def test_dlq_list_replay_purge(redis_client, redis_url, capsys):
     assert cli(redis_url, "dlq", "replay", ids[0]) == 0
     assert capsys.readouterr().out.strip() == "replayed 1 job(s)"
     assert queue.get(ids[0]).status == "queued"
-    assert cli(redis_url, "dlq", "purge") == 0
+    assert cli(redis_url, "dlq", "purge") == EXIT_USAGE  # deleting everything takes --all
+    assert "give job ids, or --all" in capsys.readouterr().err
+    assert cli(redis_url, "dlq", "purge", "--all") == 0
     assert capsys.readouterr().out.strip() == "purged 2 job(s)"
     assert redis_client.llen(QS.keys.dead) == 0
     assert_invariants(redis_client, QS)
@@ -94,6 +96,11 @@ def test_dlq_list_replay_purge(redis_client, redis_url, capsys):
                  id="bad-json"),
     pytest.param(["job", "nope"], EXIT_NOT_FOUND, "antre job: job nope: no such job", id="unknown-job"),
     pytest.param(["dlq", "list", "--limit", "0"], EXIT_USAGE, "antre dlq: --limit: got 0", id="bad-limit"),
+    pytest.param(["cancel", "nope"], EXIT_NOT_FOUND, "antre cancel: job nope: no such job",
+                 id="cancel-unknown-job"),
+    pytest.param(["worker", "--handlers", "x", "--visibility-timeout", "0.1"], EXIT_USAGE,
+                 "antre worker: --visibility-timeout (env ANTRE_VISIBILITY_TIMEOUT): got 0.1; "
+                 "must be a number >= 1", id="flag-named-in-settings-error"),
     pytest.param(["enqueue", "t", "{}", "--delay", "inf"], EXIT_USAGE,
                  "antre enqueue: delay: got inf; must be a finite number", id="infinite-delay"),
 ])
@@ -132,3 +139,22 @@ def test_subprocess_enqueue_and_stats(redis_client, redis_url):
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip()
     assert Queue(redis_client, settings=QS).get(job_id).payload == {"x": 1}
+
+
+def test_worker_imports_handlers_from_the_current_directory(redis_client, redis_url, tmp_path):
+    """`cd app && antre worker --handlers myjobs` works without PYTHONPATH, as with Celery/RQ."""
+    (tmp_path / "cwd_jobs.py").write_text(
+        "import antre\n\n@antre.handler('hello')\nasync def hello(job):\n    pass\n")
+    env = child_env()
+    env.pop("PYTHONPATH", None)
+    job_id = Queue(redis_client, settings=QS).enqueue("hello").job_id
+    proc = subprocess.Popen([*ANTRE, "worker", "--handlers", "cwd_jobs", "--redis-url", redis_url,
+                             "--queue", QS.name], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: Queue(redis_client, settings=QS).get(job_id).status == "done",
+                   timeout_s=20, message="the job done by a worker started in its directory")
+    finally:
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 0, stderr

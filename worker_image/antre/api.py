@@ -190,16 +190,21 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     token = _state(request).settings.token
-    if not token or request.path in OPEN_PATHS:
+    # Only the API under /v1/ is guarded: probes, scrapes and the document stay open, and an
+    # unknown path is a 404 with or without a token.
+    if not token or request.path in OPEN_PATHS or not request.path.startswith("/v1/"):
         return await handler(request)
     header = request.headers.get("Authorization", "")
     scheme, _, given = header.partition(" ")
     if not header:
         raise BadRequest(401, "unauthorized", "Authorization: missing; send 'Bearer <token>'",
                          headers={"WWW-Authenticate": 'Bearer realm="antre"'})
+    if scheme.lower() != "bearer":
+        raise BadRequest(401, "unauthorized",
+                         f"Authorization: scheme {scheme!r}; must be 'Bearer <token>'",
+                         headers={"WWW-Authenticate": 'Bearer realm="antre"'})
     # compare_digest on bytes: constant time whatever the two lengths share.
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(),
-                                                             token.encode()):
+    if not hmac.compare_digest(given.strip().encode(), token.encode()):
         raise BadRequest(401, "unauthorized", "Authorization: bearer token is wrong",
                          headers={"WWW-Authenticate":
                                   'Bearer realm="antre", error="invalid_token"'})

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 import redis
 
@@ -72,57 +75,93 @@ def _print_json(value: Any) -> None:
 
 # -- worker ----------------------------------------------------------------------------------
 
+@dataclass(frozen=True, slots=True)
+class _Option:
+    """A worker option: its flag, its environment variable and the setting it becomes."""
+
+    flag: str
+    env: str
+    setting: str
+    kind: type[int] | type[float]
+    help: str
+
+    @property
+    def dest(self) -> str:
+        return self.flag[2:].replace("-", "_")
+
+    @property
+    def label(self) -> str:
+        return f"{self.flag} (env {self.env})"
+
+
+_WORKER_OPTIONS: Final = (
+    _Option("--concurrency", "ANTRE_CONCURRENCY", "concurrency", int,
+            "jobs run at once (default 16)"),
+    _Option("--visibility-timeout", "ANTRE_VISIBILITY_TIMEOUT", "visibility_timeout_s", float,
+            "lease length in seconds, at least 1 (default 30)"),
+    _Option("--job-timeout", "ANTRE_JOB_TIMEOUT", "job_timeout_s", float,
+            "longest run of one job in seconds (default: none)"),
+    _Option("--grace-period", "ANTRE_GRACE_PERIOD", "grace_period_s", float,
+            "seconds running jobs may finish on SIGTERM before they are released (default 25)"),
+    _Option("--reaper-interval", "ANTRE_REAPER_INTERVAL", "reaper_interval_s", float,
+            "seconds between in-process reaper passes (default 5)"),
+    _Option("--lock-defer", "ANTRE_LOCK_DEFER", "lock_defer_s", float,
+            "seconds a job waits when its resource is busy (default 1)"),
+    _Option("--lock-max-deferrals", "ANTRE_LOCK_MAX_DEFERRALS", "lock_max_deferrals", int,
+            "waits for a busy resource before the job is dead-lettered (default 600)"),
+    _Option("--metrics-port", "ANTRE_METRICS_PORT", "metrics_port", int,
+            "serve /metrics and /healthz on this port (default: off)"),
+    _Option("--backoff-base", "ANTRE_BACKOFF_BASE", "base_s", float,
+            "first retry delay scale in seconds (default 1)"),
+    _Option("--backoff-max", "ANTRE_BACKOFF_MAX", "max_s", float,
+            "cap on a retry delay in seconds (default 300)"),
+)
+
+
 def _worker_args(parser: argparse.ArgumentParser) -> None:
     env = os.environ
     parser.add_argument("--handlers", action="append",
                         default=[m for m in env.get("ANTRE_HANDLERS", "").split(",") if m],
                         help="module that registers handlers (repeatable; env ANTRE_HANDLERS, "
-                             "comma-separated)")
-    parser.add_argument("--concurrency", type=int, default=env.get("ANTRE_CONCURRENCY"))
-    parser.add_argument("--visibility-timeout", type=float, default=env.get("ANTRE_VISIBILITY_TIMEOUT"),
-                        help="lease length in seconds (default 30)")
-    parser.add_argument("--job-timeout", type=float, default=env.get("ANTRE_JOB_TIMEOUT"),
-                        help="longest run of one job in seconds (default: none)")
-    parser.add_argument("--backoff-base", type=float, default=env.get("ANTRE_BACKOFF_BASE"))
-    parser.add_argument("--backoff-max", type=float, default=env.get("ANTRE_BACKOFF_MAX"))
-    parser.add_argument("--grace-period", type=float, default=env.get("ANTRE_GRACE_PERIOD"),
-                        help="seconds running jobs may finish on SIGTERM before they are released")
-    parser.add_argument("--reaper-interval", type=float, default=env.get("ANTRE_REAPER_INTERVAL"),
-                        help="seconds between in-process reaper passes (default 5)")
-    parser.add_argument("--lock-defer", type=float, default=env.get("ANTRE_LOCK_DEFER"),
-                        help="seconds a job waits when its resource is busy (default 1)")
-    parser.add_argument("--lock-max-deferrals", type=int, default=env.get("ANTRE_LOCK_MAX_DEFERRALS"),
-                        help="waits for a busy resource before the job is dead-lettered (default 600)")
-    parser.add_argument("--metrics-port", type=int, default=env.get("ANTRE_METRICS_PORT"),
-                        help="serve /metrics and /healthz on this port")
-    parser.add_argument("--log-level", default=env.get("ANTRE_LOG_LEVEL", "INFO"))
+                             "comma-separated); the current directory is importable")
+    for option in _WORKER_OPTIONS:
+        # Converted in worker_settings_from_args, so a bad value names the flag AND the variable.
+        parser.add_argument(option.flag, default=env.get(option.env),
+                            help=f"{option.help}; env {option.env}")
+    parser.add_argument("--log-level", default=env.get("ANTRE_LOG_LEVEL", "INFO"),
+                        help="INFO (default) logs every outcome; WARNING drops the acked lines")
 
 
 def worker_settings_from_args(args: argparse.Namespace) -> settings.WorkerSettings:
     values: dict[str, Any] = {}
-    for name, attr, kind in (("concurrency", "concurrency", int),
-                             ("visibility_timeout", "visibility_timeout_s", float),
-                             ("job_timeout", "job_timeout_s", float),
-                             ("grace_period", "grace_period_s", float),
-                             ("reaper_interval", "reaper_interval_s", float),
-                             ("lock_defer", "lock_defer_s", float),
-                             ("lock_max_deferrals", "lock_max_deferrals", int),
-                             ("metrics_port", "metrics_port", int)):
-        raw = getattr(args, name)
-        if raw is not None and raw != "":
-            try:
-                values[attr] = kind(raw)
-            except ValueError:
-                raise errors.InvalidArgument(f"--{name.replace('_', '-')}: got {raw!r}; must be "
-                                             f"{'an integer' if kind is int else 'a number'}") from None
-    base = float(args.backoff_base) if args.backoff_base not in (None, "") else None
-    cap = float(args.backoff_max) if args.backoff_max not in (None, "") else None
-    if base is not None or cap is not None:
-        default = Backoff()
-        base_s = base if base is not None else default.base_s
-        values["backoff"] = Backoff(base_s=base_s,
-                                    max_s=cap if cap is not None else max(default.max_s, base_s))
-    return settings.WorkerSettings(**values)
+    backoff: dict[str, float] = {}
+    for option in _WORKER_OPTIONS:
+        raw = getattr(args, option.dest)
+        if raw is None or raw == "":
+            continue
+        try:
+            value = option.kind(raw)
+        except ValueError:
+            wanted = "an integer" if option.kind is int else "a number"
+            raise errors.InvalidArgument(f"{option.label}: got {raw!r}; must be {wanted}") from None
+        (backoff if option.flag.startswith("--backoff") else values)[option.setting] = value
+    try:
+        if backoff:
+            default = Backoff()
+            base_s = backoff.get("base_s", default.base_s)
+            values["backoff"] = Backoff(base_s=base_s,
+                                        max_s=backoff.get("max_s", max(default.max_s, base_s)))
+        return settings.WorkerSettings(**values)
+    except errors.InvalidArgument as exc:
+        # The settings name their fields; a user typed a flag or set a variable.
+        message = str(exc)
+        for option in _WORKER_OPTIONS:
+            field = {"base_s": "backoff base", "max_s": "backoff max"}.get(option.setting,
+                                                                         option.setting)
+            if message.startswith(field + ":"):
+                message = option.label + message[len(field):]
+                break
+        raise errors.InvalidArgument(message) from None
 
 
 @register("worker", "run a worker process")(_worker_args)
@@ -181,22 +220,28 @@ async def _serve_worker(url: str, queue_settings: settings.QueueSettings,
 # -- reaper ----------------------------------------------------------------------------------
 
 def _reaper_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--once", action="store_true", help="one pass, then exit (CronJob)")
-    parser.add_argument("--interval", type=float, default=5.0, help="seconds between passes")
+    parser.add_argument("--once", action="store_true",
+                        help="one pass, print what it did, exit (what the CronJob runs)")
+    parser.add_argument("--interval", type=float, default=5.0,
+                        help="without --once: seconds between passes (default 5); only passes "
+                             "that did something are printed")
 
 
 @register("reaper", "requeue expired leases and promote due retries")(_reaper_args)
 def run_reaper(args: argparse.Namespace) -> int:
     from antre import reaper
     queue = open_queue(args)
+    if not args.interval > 0:
+        raise errors.InvalidArgument(f"--interval: got {args.interval}; must be > 0 seconds")
     while True:
         totals = reaper.run_once(queue.redis, queue.settings)
-        print(json.dumps({"queue": queue.name, "requeued": totals.requeued, "dead": totals.dead,
-                          "promoted": totals.promoted, "workers_dropped": totals.workers_dropped,
-                          "calls": totals.passes}), flush=True)
+        if args.once or totals.requeued or totals.dead or totals.promoted or totals.workers_dropped:
+            print(json.dumps({"queue": queue.name, "requeued": totals.requeued, "dead": totals.dead,
+                              "promoted": totals.promoted, "workers_dropped": totals.workers_dropped,
+                              "calls": totals.passes}), flush=True)
         if args.once:
             return 0
-        asyncio.run(asyncio.sleep(args.interval))
+        time.sleep(args.interval)
 
 
 # -- producer and inspection -----------------------------------------------------------------
@@ -221,8 +266,8 @@ def run_enqueue(args: argparse.Namespace) -> int:
         max_attempts=args.max_attempts, delay=args.delay)
     print(result.job_id)
     if not result.created:
-        print(f"idempotency key {args.idempotency_key!r} is live: existing job returned",
-              file=sys.stderr)
+        print(f"idempotency key {args.idempotency_key!r} already used: job {result.job_id} "
+              "returned, nothing new enqueued", file=sys.stderr)
     return 0
 
 
@@ -272,9 +317,13 @@ def run_job(args: argparse.Namespace) -> int:
         print(f"  idempotency_key: {info.idempotency_key}")
     if info.resource_key:
         print(f"  resource_key:    {info.resource_key}")
+    if info.outcome:
+        print(f"  outcome:         {info.outcome}")
     if info.last_error:
         print(f"  last_error:      {info.last_error}")
     print(f"  payload:         {json.dumps(info.payload)[:500]}")
+    for step, result in info.steps.items():
+        print(f"  step {step}: {json.dumps(result)[:200]}")
     print("  history:")
     for event in info.history:
         bits = [f"{_ms(event.at_ms)}  {event.event:<14}"]
@@ -290,8 +339,10 @@ def run_job(args: argparse.Namespace) -> int:
 
 def _dlq_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["list", "replay", "purge"])
-    parser.add_argument("job_ids", nargs="*", help="ids to replay or purge (default: all, up to --limit)")
-    parser.add_argument("--limit", type=int, default=100)
+    parser.add_argument("job_ids", nargs="*", help="ids to replay or purge")
+    parser.add_argument("--all", action="store_true",
+                        help="replay or purge every dead job (needed when no ids are given)")
+    parser.add_argument("--limit", type=int, default=100, help="jobs listed (default 100)")
     _json_flag(parser)
 
 
@@ -308,12 +359,29 @@ def run_dlq(args: argparse.Namespace) -> int:
             for job in jobs:
                 print(f"{job.id}  {job.type:<20} attempts={job.attempt}  {job.last_error or ''}")
             print(f"{len(jobs)} dead job(s) shown", file=sys.stderr)
-    elif args.action == "replay":
-        replayed = queue.replay(args.job_ids, limit=args.limit)
-        print(f"replayed {len(replayed)} job(s)")
+        return 0
+    if bool(args.job_ids) == args.all:
+        raise errors.InvalidArgument(
+            f"dlq {args.action}: give job ids, or --all for every dead job (not both)")
+    if args.job_ids:
+        done = (len(queue.replay(args.job_ids)) if args.action == "replay"
+                else queue.purge(args.job_ids))
     else:
-        print(f"purged {queue.purge(args.job_ids, limit=args.limit)} job(s)")
+        # In batches, so Redis is never blocked for long; at most the jobs dead at the start,
+        # so replayed jobs that die again meanwhile are not replayed in a loop.
+        done, wanted = 0, queue.stats().dead
+        while done < wanted:
+            batch = (len(queue.replay(limit=min(DLQ_BATCH, wanted - done)))
+                     if args.action == "replay" else queue.purge(limit=min(DLQ_BATCH, wanted - done)))
+            done += batch
+            if batch == 0:
+                break
+    print(f"{'replayed' if args.action == 'replay' else 'purged'} {done} job(s)")
     return 0
+
+
+#: Dead jobs replayed or purged per script call with --all.
+DLQ_BATCH: Final = 1000
 
 
 def _cancel_args(parser: argparse.ArgumentParser) -> None:
@@ -322,9 +390,15 @@ def _cancel_args(parser: argparse.ArgumentParser) -> None:
 
 @register("cancel", "withdraw a job that is not running")(_cancel_args)
 def run_cancel(args: argparse.Namespace) -> int:
-    previous = open_queue(args).cancel(args.job_id)
-    print(f"job {args.job_id}: was {previous}" + ("" if previous in ("done", "cancelled")
-                                                  else ", now cancelled"))
+    try:
+        previous = open_queue(args).cancel(args.job_id)
+    except errors.JobNotFound:
+        raise errors.JobNotFound(f"job {args.job_id}: no such job (never existed, or its record "
+                                 "expired)") from None
+    if previous in ("done", "cancelled"):
+        print(f"job {args.job_id}: already {previous}; nothing to cancel")
+    else:
+        print(f"job {args.job_id}: was {previous}, now cancelled")
     return 0
 
 
@@ -355,7 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_UNAVAILABLE
     except (errors.RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
         url = connection.redact(getattr(args, "redis_url", "") or "")
-        print(f"antre {args.command}: Redis at {url} is unreachable: {exc}", file=sys.stderr)
+        reason = str(exc).removeprefix("Redis is unreachable: ")
+        print(f"antre {args.command}: Redis at {url} is unreachable: {reason}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     except (errors.ProtocolError, redis.ResponseError) as exc:  # OOM, NOPERM, READONLY...
         print(f"antre {args.command}: Redis refused the command: {exc}", file=sys.stderr)
@@ -365,6 +440,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `antre job ID | head`: the reader left; that is not an error
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the closed stdout
+        return 0
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -83,7 +85,10 @@ def handler(name: str | None = None, *, backoff: Backoff | None = None,
 
 
 def import_modules(modules: Iterable[str]) -> None:
-    """Imports the handler modules; a missing or broken one is reported by name."""
+    """Imports the handler modules; a missing or broken one is reported by name. The current
+    directory is importable, as with ``python -m`` (Celery and RQ workers do the same)."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     for module in modules:
         module = module.strip()
         if not module:

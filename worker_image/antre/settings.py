@@ -45,6 +45,12 @@ class QueueSettings:
     def keys(self) -> keys.QueueKeys:
         return keys.QueueKeys(self.name, self.prefix)
 
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> QueueSettings:
+        """Settings from the ``ANTRE_*`` variables (os.environ by default); keyword arguments
+        win over them. A bad value raises InvalidArgument naming the variable."""
+        return queue_settings_from_env(env, **overrides)
+
 
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:

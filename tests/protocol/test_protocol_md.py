@@ -1,0 +1,39 @@
+"""PROTOCOL.md's recipe for producers that cannot run Lua works as written: the MULTI block is
+read from the document, sent as it stands, and the job is claimed, run and acked."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from antre import Queue, QueueSettings, WorkerSettings
+from antre.protocol import scripts
+from antre.protocol.claim import claim_op
+from antre.protocol.settle import ack_op
+from invariants import assert_invariants
+
+DOC = Path(__file__).resolve().parents[2] / "PROTOCOL.md"
+
+
+def recipe() -> list[list[str]]:
+    text = DOC.read_text()
+    block = text[text.index("```\nMULTI\n") + 4:]
+    block = block[:block.index("```")]
+    return [shlex.split(line) for line in block.strip().splitlines()]
+
+
+def test_the_documented_multi_block_enqueues_a_job_a_worker_runs(redis_client) -> None:
+    commands = recipe()
+    assert [c[0] for c in commands] == ["MULTI", "HSET", "LPUSH", "EXEC"]
+    pipe = redis_client.pipeline(transaction=True)  # MULTI ... EXEC
+    for command in commands[1:-1]:
+        pipe.execute_command(*command)
+    pipe.execute()
+    qs = QueueSettings(name="emails")
+    [job] = scripts.run(redis_client, claim_op(qs, WorkerSettings(), worker_id="w", max_jobs=5)).jobs
+    assert (job.type, job.payload_json, job.attempt, job.max_attempts) == (
+        "send_email", '{"to":"ana@example.com"}', 1, 5)
+    assert scripts.run(redis_client, ack_op(qs, [(job.id, job.lease)], worker_id="w")) == [True]
+    info = Queue(redis_client, settings=qs).get(job.id)
+    assert [event.event for event in info.history] == ["enqueued", "claimed", "acked"]
+    assert_invariants(redis_client, qs)
