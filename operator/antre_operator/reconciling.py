@@ -160,15 +160,21 @@ class Reconciler:
                                                               problem=invalid))
             return INVALID_SPEC_RETRY_S
         self._resolve(body, "spec", reason="SpecValid", message="the spec is valid again")
+        interval = float(self.state.settings.polling_interval_override_s
+                         or jq.autoscaling.polling_interval_s)
         try:
             # Right after a restart the watch may not have delivered the worker Deployment yet:
             # read it, or "nothing cached" would pass for "nothing runs" and scale down at once.
             await self._observed(self._worker_key(jq))
         except kube.KubeError as exc:
-            logger.warning("%s/%s: worker Deployment unreadable: %s", self.namespace, self.name,
-                           exc)
-        interval = float(self.state.settings.polling_interval_override_s
-                         or jq.autoscaling.polling_interval_s)
+            # The current replicas are unknown: decide nothing and write nothing this poll.
+            self.state.metrics.errors.labels(self.namespace, self.name, "WorkerUnreadable").inc()
+            self._report(body, "worker", reason="WorkerUnreadable",
+                         message=f"the worker Deployment cannot be read: {exc}; "
+                                 f"not changing anything")
+            return interval
+        self._resolve(body, "worker", reason="WorkerReadable",
+                      message="the worker Deployment is readable again")
 
         problem: status.Problem | None
         url, problem = await self._redis_url(jq)

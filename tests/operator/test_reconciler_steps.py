@@ -189,3 +189,36 @@ async def test_an_api_deployment_that_is_not_ours_is_not_deleted(
     finally:
         await rec.close()
     assert fake.live("Deployment", NS, "app-api") is not None
+
+
+class FlakyKube(FakeKube):
+    """Fails the first ``times`` requests whose method and path end match."""
+
+    def __init__(self, method: str, path_end: str, times: int = 1) -> None:
+        super().__init__()
+        self.flaky = (method, path_end)
+        self.times = times
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        if self.times and (method, path.endswith(self.flaky[1])) == (self.flaky[0], True):
+            self.times -= 1
+            self.requests.append((method, path, None))
+            raise kube.KubeError(500, "etcdserver: request timed out")
+        return await super().request(method, path, **kwargs)
+
+
+async def test_an_unreadable_worker_deployment_is_not_patched(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FlakyKube("GET", "/deployments/q-worker")
+    live_worker(fake, "q", 3)
+    rec, events = reconciler(monkeypatch, fake, namespace=NS, name="q")
+    body = jobqueue_body("q", NS, spec_for(f"redis://127.0.0.1:{free_port()}/0"))
+    try:
+        interval = await rec.step(body)  # the restart read fails; a later GET would work
+    finally:
+        await rec.close()
+    assert interval > 0
+    assert worker_replicas(fake, "q") == 3
+    assert not [w for w in fake.writes() if "/deployments/" in w[1]]
+    assert [e for e in events if e["reason"] == "WorkerUnreadable"]
+    assert not [e for e in events if e["reason"] == "Scaled"]
