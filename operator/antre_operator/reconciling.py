@@ -148,6 +148,7 @@ class Reconciler:
         """One reconcile; returns the seconds until the next one."""
         meta = body.get("metadata") or {}
         generation = meta.get("generation")
+        uid = str(meta.get("uid", ""))
         try:
             jq = spec.parse_jobqueue(name=self.name, namespace=self.namespace,
                                      spec=body.get("spec") or {})
@@ -186,7 +187,7 @@ class Reconciler:
                           message="the Redis URL is readable again")
         reading, redis_error = await self._read(body, jq, url)
 
-        current = self._current_replicas(jq)
+        current = self._current_replicas(jq, uid)
         decision = self._decide(jq, reading, current, error=problem is not None or
                                 redis_error is not None)
         if current is not None and decision.replicas < current:
@@ -196,7 +197,7 @@ class Reconciler:
 
         applied: int | None = decision.replicas
         try:
-            await self._apply_children(body, jq, meta.get("uid", ""), decision.replicas)
+            await self._apply_children(body, jq, uid, decision.replicas)
         except kube.KubeError as exc:
             applied = None
             problem = problem or status.Problem("ApplyFailed", f"applying the children: {exc}")
@@ -213,7 +214,7 @@ class Reconciler:
             eviction_warning=self.eviction_warning,
             eviction_checked=self.eviction_checked_at is not None, numbers=self.numbers,
             autoscaling=jq.autoscaling.enabled, replicas=applied,
-            ready_replicas=self._ready_replicas(jq), desired_replicas=decision.replicas,
+            ready_replicas=self._ready_replicas(jq, uid), desired_replicas=decision.replicas,
             scaling_note=decision.note, selector=rendering.worker_selector(jq.name),
             last_scale_time=self.last_scale_time)
         await self._write_status(body, observation)
@@ -305,15 +306,22 @@ class Reconciler:
     def _worker_key(self, jq: spec.JobQueueSpec) -> ChildKey:
         return ("Deployment", self.namespace, rendering.worker_name(jq.name))
 
-    def _current_replicas(self, jq: spec.JobQueueSpec) -> int | None:
+    def _own_worker(self, jq: spec.JobQueueSpec, uid: str) -> dict[str, Any] | None:
+        """The cached worker Deployment if it is ours: a stranger's replicas are not ours."""
         live = self.state.children.get(self._worker_key(jq))
-        if not live:
+        if not live or kube.controller_uid(live) != uid:
+            return None
+        return live
+
+    def _current_replicas(self, jq: spec.JobQueueSpec, uid: str) -> int | None:
+        live = self._own_worker(jq, uid)
+        if live is None:
             return None
         replicas = (live.get("spec") or {}).get("replicas")
         return replicas if isinstance(replicas, int) else 1
 
-    def _ready_replicas(self, jq: spec.JobQueueSpec) -> int:
-        live = self.state.children.get(self._worker_key(jq)) or {}
+    def _ready_replicas(self, jq: spec.JobQueueSpec, uid: str) -> int:
+        live = self._own_worker(jq, uid) or {}
         ready = (live.get("status") or {}).get("readyReplicas")
         return ready if isinstance(ready, int) else 0
 
@@ -385,7 +393,13 @@ class Reconciler:
             live = await self._observed(key)
             manifest = rendering.prune_pod_annotations(manifest, live)
             before = self.state.desired.get(key)
-            action, stored = await self.kube.apply(manifest, live)
+            try:
+                action, stored = await self.kube.apply(manifest, live)
+            except kube.NotOwned:
+                # Our watches filter on our labels and would never refresh this view: forget
+                # it, so the next poll reads again (and sees the stranger gone once deleted).
+                self.state.children.pop(key, None)
+                raise
             self.state.remember_child(key, stored)
             self.state.desired[key] = manifest
             if before is not None and (action == "created" or

@@ -222,3 +222,27 @@ async def test_an_unreadable_worker_deployment_is_not_patched(
     assert not [w for w in fake.writes() if "/deployments/" in w[1]]
     assert [e for e in events if e["reason"] == "WorkerUnreadable"]
     assert not [e for e in events if e["reason"] == "Scaled"]
+
+
+async def test_a_deleted_strangers_object_no_longer_blocks_nor_counts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeKube()
+    stranger(fake, "Deployment", "gone-worker", [])
+    rec, events = reconciler(monkeypatch, fake, namespace=NS, name="gone")
+    # Redis down: the autoscaler keeps "the current replicas", which must not be the stranger's.
+    body = jobqueue_body("gone", NS, spec_for(f"redis://127.0.0.1:{free_port()}/0",
+                                              minReplicas=1))
+    try:
+        await rec.step(body)
+        assert [e for e in events if e["reason"] == "ApplyFailed"]
+        [first] = [w[2]["status"] for w in fake.requests if w[1].endswith("/gone/status")]
+        assert first["desiredReplicas"] == 1  # not the stranger's 7
+        # The user deletes the stranger; our label-filtered watch never hears of it.
+        del fake.objects[kube.path_of("Deployment", NS, "gone-worker")]
+        await rec.step(body)
+    finally:
+        await rec.close()
+    live = fake.live("Deployment", NS, "gone-worker")
+    assert live is not None and kube.controller_uid(live) == JOBQUEUE_UID
+    assert live["spec"]["replicas"] == 1
+    assert [e for e in events if e["reason"] == "Applied"]
