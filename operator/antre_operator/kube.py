@@ -66,22 +66,44 @@ class NotOwned(KubeError):
         self.status = 409
 
 
-def controller_uid(obj: Mapping[str, Any]) -> str | None:
-    """The uid of the object's controller ownerReference, if it has one."""
+def _controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller"):
-            return str(ref.get("uid"))
+            return ref  # type: ignore[no-any-return]
     return None
 
 
+def controller_uid(obj: Mapping[str, Any]) -> str | None:
+    """The uid of the object's controller ownerReference, if it has one."""
+    ref = _controller_ref(obj)
+    return None if ref is None else str(ref.get("uid"))
+
+
+def ours(live: Mapping[str, Any], *, jobqueue: str, uid: str) -> bool:
+    """Is ``live`` (in the JobQueue's namespace) a child of JobQueue ``jobqueue`` with ``uid``,
+    or one the operator may adopt for it?
+
+    Adoptable: a child of an earlier JobQueue with the same name (deleted and recreated: names
+    are unique in a namespace, so a different uid means that owner is gone).
+    """
+    ref = _controller_ref(live)
+    if ref is None:
+        return False
+    if str(ref.get("uid")) == uid:
+        return True
+    return (ref.get("kind") == settings.KIND and ref.get("name") == jobqueue
+            and str(ref.get("apiVersion", "")).split("/")[0] == settings.GROUP)
+
+
 def check_owned(desired: Mapping[str, Any], live: Mapping[str, Any]) -> None:
-    """Raise :class:`NotOwned` unless ``live`` has the controller ``desired`` declares."""
-    wanted = controller_uid(desired)
+    """Raise :class:`NotOwned` unless ``live`` has the controller ``desired`` declares (or is
+    adoptable for it, see :func:`ours`)."""
+    wanted = _controller_ref(desired)
     if wanted is None:
         return
-    found = controller_uid(live)
-    if found != wanted:
+    if not ours(live, jobqueue=str(wanted.get("name")), uid=str(wanted.get("uid"))):
         meta = desired["metadata"]
+        found = controller_uid(live)
         refs = [f"{r.get('kind')} {r.get('name')}"
                 for r in (live.get("metadata") or {}).get("ownerReferences") or []
                 if r.get("controller")]
@@ -246,7 +268,7 @@ class KubeClient:
         ``action`` is "created", "patched" or "unchanged"; ``live`` is the caller's last view
         (None: believed missing). A create that meets an existing object re-reads and patches.
         An existing object whose controller ownerReference is not the desired one (another
-        owner, or none) is never patched: :class:`NotOwned`.
+        owner, or none) is never patched, unless it is adoptable (:func:`ours`): :class:`NotOwned`.
         """
         meta = desired["metadata"]
         kind, namespace, name = desired["kind"], meta["namespace"], meta["name"]

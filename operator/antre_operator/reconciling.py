@@ -309,7 +309,7 @@ class Reconciler:
     def _own_worker(self, jq: spec.JobQueueSpec, uid: str) -> dict[str, Any] | None:
         """The cached worker Deployment if it is ours: a stranger's replicas are not ours."""
         live = self.state.children.get(self._worker_key(jq))
-        if not live or kube.controller_uid(live) != uid:
+        if not live or not kube.ours(live, jobqueue=self.name, uid=uid):
             return None
         return live
 

@@ -246,3 +246,42 @@ async def test_a_deleted_strangers_object_no_longer_blocks_nor_counts(
     assert live is not None and kube.controller_uid(live) == JOBQUEUE_UID
     assert live["spec"]["replicas"] == 1
     assert [e for e in events if e["reason"] == "Applied"]
+
+
+def jobqueue_ref(name: str, uid: str, *, kind: str = "JobQueue",
+                 api_version: str = "antre.dev/v1alpha1") -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
+            "controller": True, "blockOwnerDeletion": True}
+
+
+async def test_a_recreated_jobqueue_adopts_the_children_of_its_predecessor(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeKube()
+    # Deleted and recreated under the same name: the garbage collector has not run yet.
+    stranger(fake, "Deployment", "re-worker", [jobqueue_ref("re", "old-uid")])
+    rec, events = reconciler(monkeypatch, fake, namespace=NS, name="re")
+    body = jobqueue_body("re", NS, spec_for(f"redis://127.0.0.1:{free_port()}/0",
+                                            minReplicas=1))
+    try:
+        await rec.step(body)
+    finally:
+        await rec.close()
+    assert not [e for e in events if e["reason"] == "ApplyFailed"]
+    live = fake.live("Deployment", NS, "re-worker")
+    assert live is not None and kube.controller_uid(live) == JOBQUEUE_UID
+    assert live["spec"]["replicas"] == 7  # Redis is down: what runs is kept
+
+
+@pytest.mark.parametrize("ref", [
+    pytest.param(jobqueue_ref("other", "old-uid"), id="another-jobqueue"),
+    pytest.param(jobqueue_ref("re", "old-uid", api_version="example.com/v1"), id="other-group"),
+    pytest.param(jobqueue_ref("re", "old-uid", kind="Thing"), id="other-kind"),
+])
+def test_only_a_same_named_jobqueue_child_is_adopted(ref: dict[str, Any]) -> None:
+    from operator_samples import MINIMAL, parse
+    desired = rendering.render_worker_deployment(parse(MINIMAL), JOBQUEUE_UID, replicas=1)
+    desired["metadata"]["ownerReferences"][0]["name"] = "re"
+    live = {"metadata": {"name": desired["metadata"]["name"], "ownerReferences": [ref]}}
+    with pytest.raises(kube.NotOwned):
+        kube.check_owned(desired, live)
+    assert not kube.ours(live, jobqueue="re", uid=JOBQUEUE_UID)
