@@ -84,11 +84,15 @@ def ours(live: Mapping[str, Any], *, jobqueue: str, uid: str) -> bool:
     or one the operator may adopt for it?
 
     Adoptable: a child of an earlier JobQueue with the same name (deleted and recreated: names
-    are unique in a namespace, so a different uid means that owner is gone).
+    are unique in a namespace, so a different uid means that owner is gone), and an object
+    without a controller whose labels say the operator made it for this JobQueue (orphaned by
+    ``kubectl delete jobqueue --cascade=orphan``).
     """
     ref = _controller_ref(live)
     if ref is None:
-        return False
+        labels = (live.get("metadata") or {}).get("labels") or {}
+        return (labels.get(settings.LABEL_MANAGED_BY) == settings.MANAGED_BY
+                and labels.get(settings.LABEL_JOBQUEUE) == jobqueue)
     if str(ref.get("uid")) == uid:
         return True
     return (ref.get("kind") == settings.KIND and ref.get("name") == jobqueue

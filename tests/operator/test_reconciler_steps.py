@@ -285,3 +285,46 @@ def test_only_a_same_named_jobqueue_child_is_adopted(ref: dict[str, Any]) -> Non
     with pytest.raises(kube.NotOwned):
         kube.check_owned(desired, live)
     assert not kube.ours(live, jobqueue="re", uid=JOBQUEUE_UID)
+
+
+def orphan(fake: FakeKube, name: str, labels: dict[str, str]) -> None:
+    fake.put("Deployment", NS, name, {"apiVersion": "apps/v1", "kind": "Deployment",
+                                      "metadata": {"labels": labels}, "spec": {"replicas": 5}})
+
+
+async def test_children_orphaned_by_a_cascade_orphan_delete_are_adopted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeKube()
+    orphan(fake, "orph-worker", {"app.kubernetes.io/managed-by": "antre-operator",
+                                 "antre.dev/jobqueue": "orph"})
+    rec, events = reconciler(monkeypatch, fake, namespace=NS, name="orph")
+    body = jobqueue_body("orph", NS, spec_for(f"redis://127.0.0.1:{free_port()}/0",
+                                              minReplicas=1))
+    try:
+        await rec.step(body)
+    finally:
+        await rec.close()
+    assert not [e for e in events if e["reason"] == "ApplyFailed"]
+    live = fake.live("Deployment", NS, "orph-worker")
+    assert live is not None and kube.controller_uid(live) == JOBQUEUE_UID
+    assert live["spec"]["replicas"] == 5  # Redis is down: what runs is kept
+
+
+@pytest.mark.parametrize("labels", [
+    pytest.param({"antre.dev/jobqueue": "orph"}, id="not-managed-by-us"),
+    pytest.param({"app.kubernetes.io/managed-by": "antre-operator",
+                  "antre.dev/jobqueue": "other"}, id="another-jobqueue"),
+])
+async def test_an_unlabelled_or_foreign_orphan_is_not_adopted(
+        monkeypatch: pytest.MonkeyPatch, labels: dict[str, str]) -> None:
+    fake = FakeKube()
+    orphan(fake, "orph-worker", labels)
+    rec, events = reconciler(monkeypatch, fake, namespace=NS, name="orph")
+    body = jobqueue_body("orph", NS, {"redis": {"url": f"redis://127.0.0.1:{free_port()}/0"},
+                                      "autoscaling": {"enabled": False}, "replicas": 1})
+    try:
+        await rec.step(body)
+    finally:
+        await rec.close()
+    assert [e for e in events if e["reason"] == "ApplyFailed"]
+    assert not [w for w in fake.writes() if w[1].endswith("/deployments/orph-worker")]
