@@ -31,7 +31,8 @@ _QUEUE_RE: Final = keys.QUEUE_NAME_PATTERN
 _PREFIX_RE: Final = keys.PREFIX_PATTERN
 _HANDLERS_RE: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*(,[A-Za-z_][A-Za-z0-9_.]*)*$")
 #: The CronJob schedules the CRD admits (the same pattern is in crds/jobqueues.antre.dev.yaml).
-SCHEDULE_RE: Final = re.compile(r"^(@(annually|yearly|monthly|weekly|daily|hourly)|\S+( \S+){4})$")
+SCHEDULE_RE: Final = re.compile(
+    r"^(@(annually|yearly|monthly|weekly|daily|hourly|midnight)|\s*\S+(\s+\S+){4}\s*)$")
 #: Environment variables the operator sets itself; a user value would silently fight ours.
 RESERVED_ENV_PREFIXES: Final = ("ANTRE_",)
 RESERVED_ENV_NAMES: Final = frozenset({"POD_NAME"})
@@ -404,7 +405,7 @@ def _parse_reaper(spec: Mapping[str, Any]) -> ReaperSpec:
     if not SCHEDULE_RE.match(schedule):
         raise InvalidSpec(f"{path}.schedule", schedule,
                           "must be a 5-field cron schedule such as '* * * * *' or one of "
-                          "@annually, @yearly, @monthly, @weekly, @daily, @hourly")
+                          "@annually, @yearly, @monthly, @weekly, @daily, @midnight, @hourly")
     return ReaperSpec(
         schedule=schedule,
         suspend=_bool(section, "suspend", path, default=False),

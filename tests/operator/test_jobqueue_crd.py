@@ -104,8 +104,9 @@ def test_good_samples_are_admitted(crd_schema: dict[str, Any], body: dict[str, A
     parse(body)  # and the operator accepts what the API server accepts
 
 
-@pytest.mark.parametrize("schedule", ["@hourly", "@daily", "@yearly", "* * * * *",
-                                      "*/5 1-3 * * MON-FRI"])
+@pytest.mark.parametrize("schedule", ["@hourly", "@daily", "@yearly", "@midnight", "* * * * *",
+                                      "*/5 1-3 * * MON-FRI", "*  * * * *", "0 3 * * * ", " 0 3 * * *",
+                                      "0\t3 * *  *"])
 def test_schedules_admitted_by_the_crd_and_the_operator(crd_schema: dict[str, Any],
                                                         schedule: str) -> None:
     body = sample(MINIMAL, reaper={"schedule": schedule})
@@ -114,7 +115,9 @@ def test_schedules_admitted_by_the_crd_and_the_operator(crd_schema: dict[str, An
 
 
 @pytest.mark.parametrize("schedule", ["@every 1m", "@reboot", "* * * *", "* * * * * *",
-                                      "every minute", "*  * * * *"])
+                                      "every minute", "@midnight *", "* * * *  ",
+                                      # robfig/cron: a macro takes no surrounding space
+                                      " @daily", "@daily "])
 def test_schedules_refused_by_the_crd_and_the_operator(crd_schema: dict[str, Any],
                                                        schedule: str) -> None:
     body = sample(MINIMAL, reaper={"schedule": schedule})
