@@ -155,9 +155,10 @@ def _pod_spec(worker: spec.WorkerSpec, containers: list[dict[str, Any]], *,
     # value into null, so a field removed from the JobQueue is removed from the children too.
     # serviceAccountName is spelled out ("default") rather than nulled: the API server would
     # otherwise take it back from the deprecated alias serviceAccount, which still names the old
-    # account. The token is mounted only for an account the user named (theirs to use).
+    # account. The default account's token is never mounted; for an account the user named,
+    # the field is left out (null), so that ServiceAccount's own automount setting decides.
     pod["serviceAccountName"] = worker.service_account_name or "default"
-    pod["automountServiceAccountToken"] = worker.service_account_name is not None
+    pod["automountServiceAccountToken"] = False if worker.service_account_name is None else None
     pod["nodeSelector"] = dict(worker.node_selector)
     pod["tolerations"] = [dict(t) for t in worker.tolerations]
     pod["affinity"] = dict(worker.affinity)

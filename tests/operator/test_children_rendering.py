@@ -255,3 +255,18 @@ def test_api_gets_max_attempts_it_stamps_into_jobs() -> None:
     values = {e["name"]: e.get("value") for e in
               api["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert values["ANTRE_MAX_ATTEMPTS"] == str(parse(FULL).worker.max_attempts) == "7"
+
+
+def test_a_named_service_account_decides_its_own_token_automount() -> None:
+    from antre_operator import kube
+    jq = parse(sample(MINIMAL, worker={"serviceAccountName": "media"}))
+    for manifest in rendering.render_children(jq, OWNER_UID, replicas=1).present:
+        if manifest["kind"] == "Service":
+            continue
+        template = (manifest["spec"]["jobTemplate"]["spec"]["template"]
+                    if manifest["kind"] == "CronJob" else manifest["spec"]["template"])
+        assert template["spec"]["serviceAccountName"] == "media"
+        # Not forced to true over a ServiceAccount with automountServiceAccountToken: false.
+        assert kube.patch_body(template["spec"])["automountServiceAccountToken"] is None
+        assert not rendering.drifted(template["spec"], {
+            k: v for k, v in template["spec"].items() if k != "automountServiceAccountToken"})

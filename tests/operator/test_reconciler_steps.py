@@ -100,13 +100,14 @@ async def test_fields_removed_from_the_spec_are_removed_from_the_children(
             # Someone else's annotation on the template (kubectl rollout restart) must stay.
             template["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = "now"
 
-        # Later the account is added and one annotation kept: the token is mounted now.
+        # Later the account is added and one annotation kept: that account's own automount
+        # setting decides now (the field is removed, not forced to true).
         await rec.step(jobqueue_body("pods", NS, {**base, "worker": {
             "serviceAccountName": "media", "podAnnotations": {"team": "media"}}}))
         for template in pod_templates(fake, "pods"):
             pod = template["spec"]
             assert pod["serviceAccountName"] == "media"
-            assert pod["automountServiceAccountToken"] is True
+            assert "automountServiceAccountToken" not in pod
             for field in ("nodeSelector", "tolerations", "affinity", "imagePullSecrets"):
                 assert not pod.get(field), field
             assert template["metadata"]["annotations"] == {
