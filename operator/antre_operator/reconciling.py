@@ -411,13 +411,17 @@ class Reconciler:
             key = (kind, self.namespace, name)
             self.state.desired.pop(key, None)
             live = await self._observed(key)
+            topic = f"not-ours:{kind}/{name}"
             if live is not None:
                 if kube.controller_uid(live) != uid:
-                    logger.warning("%s/%s: %s %s is not ours; not deleting it", self.namespace,
-                                   self.name, kind, name)
+                    # Once per change, not per poll.
+                    self._report(body, topic, reason="NotOurs",
+                                 message=f"{kind} {name} is not ours; not deleting it")
                     continue
                 await self.kube.delete(kind, self.namespace, name)
                 self.state.remember_child(key, None)
+            self._resolve(body, topic, reason="NotOursGone",
+                          message=f"{kind} {name} is no longer a stranger's object in the way")
 
     def _scaled(self, body: Any, current: int, decision: _Decision) -> None:
         message = f"Scaled workers {current} -> {decision.replicas}: {decision.reason}"

@@ -179,17 +179,21 @@ async def test_create_conflict_with_a_strangers_object_does_not_patch_it() -> No
 
 
 async def test_an_api_deployment_that_is_not_ours_is_not_deleted(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     fake = FakeKube()
     stranger(fake, "Deployment", "app-api", [])
-    rec, _ = reconciler(monkeypatch, fake, namespace=NS, name="app")
+    rec, events = reconciler(monkeypatch, fake, namespace=NS, name="app")
     body = jobqueue_body("app", NS, {"redis": {"url": f"redis://127.0.0.1:{free_port()}/0"},
                                      "autoscaling": {"enabled": False}})
     try:
         await rec.step(body)
+        await rec.step(body)
     finally:
         await rec.close()
     assert fake.live("Deployment", NS, "app-api") is not None
+    # Said once, not every poll.
+    assert len([r for r in caplog.records if "not ours; not deleting" in r.getMessage()]) == 1
+    assert len([e for e in events if e["reason"] == "NotOurs"]) == 1
 
 
 class FlakyKube(FakeKube):
