@@ -226,7 +226,9 @@ def render_worker_deployment(jq: spec.JobQueueSpec, owner_uid: str, *, replicas:
     ]
     if worker.handlers:
         env.append({"name": "ANTRE_HANDLERS", "value": worker.handlers})
-    env.extend(dict(item) for item in worker.env)
+    # The API server drops an empty value: render "" as absent, or it would drift every poll.
+    env.extend({k: v for k, v in item.items() if not (k == "value" and v == "")}
+               for item in worker.env)
     probe = {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10,
              "timeoutSeconds": 3}
     container = {

@@ -333,3 +333,30 @@ async def test_an_unlabelled_or_foreign_orphan_is_not_adopted(
         await rec.close()
     assert [e for e in events if e["reason"] == "ApplyFailed"]
     assert not [w for w in fake.writes() if w[1].endswith("/deployments/orph-worker")]
+
+
+async def test_an_empty_env_value_does_not_cause_a_patch_every_poll(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeKube()
+    rec, _ = reconciler(monkeypatch, fake, namespace=NS, name="env")
+    body = jobqueue_body("env", NS, {
+        "redis": {"url": f"redis://127.0.0.1:{free_port()}/0"},
+        "autoscaling": {"enabled": False}, "replicas": 1,
+        "worker": {"env": [{"name": "EMPTY", "value": ""}, {"name": "FULL", "value": "x"}]}})
+    try:
+        await rec.step(body)
+        live = fake.live("Deployment", NS, "env-worker")
+        assert live is not None
+        # As the API server stores it: an empty string value is dropped.
+        for item in live["spec"]["template"]["spec"]["containers"][0]["env"]:
+            if item.get("value") == "":
+                del item["value"]
+        rec.state.remember_child(("Deployment", NS, "env-worker"), live)  # the watch event
+        writes = len([w for w in fake.writes() if "/deployments/" in w[1]])
+        await rec.step(body)
+        await rec.step(body)
+    finally:
+        await rec.close()
+    assert len([w for w in fake.writes() if "/deployments/" in w[1]]) == writes
+    env = {e["name"]: e for e in live["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["EMPTY"] == {"name": "EMPTY"} and env["FULL"] == {"name": "FULL", "value": "x"}
