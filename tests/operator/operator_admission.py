@@ -80,8 +80,10 @@ CEL_TWINS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "!has(self.url) || !self.url.matches('(?i)[?&](password|username)([=&#]|$)')":
         lambda s: not _has(s, "url") or not re.search(r"(?i)[?&](password|username)([=&#]|$)",
                                                       s["url"]),
-    "!has(self.url) || !self.tls || self.url.startsWith('rediss://')":
-        lambda s: not _has(s, "url") or not s["tls"] or s["url"].startswith("rediss://"),
+    "!has(self.url) || !self.tls || self.url.startsWith('rediss://')"
+    " || self.url.startsWith('rediss+cluster://')":
+        lambda s: (not _has(s, "url") or not s["tls"] or s["url"].startswith("rediss://")
+                   or s["url"].startswith("rediss+cluster://")),
     "self.baseSeconds <= self.maxSeconds":
         lambda s: s["baseSeconds"] <= s["maxSeconds"],
 }
