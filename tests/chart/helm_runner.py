@@ -134,6 +134,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
             "rbac": {"create": False},
         },
         "exampleJobQueue": {"enabled": True,
-                            "spec": {"redis": {"url": "redis://redis.example:6379/0"}}},
+                            "spec": {"redis": {"url": "redis://redis.example:6380/0"}}},
     },
 }

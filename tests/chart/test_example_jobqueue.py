@@ -39,7 +39,7 @@ def test_uses_the_existing_redis_secret_url_key(rendered: Render) -> None:
 
 
 def test_keeps_a_given_redis(rendered: Render) -> None:
-    redis = {"url": "redis://elsewhere:6379/1"}
+    redis = {"url": "redis://elsewhere:6380/1"}
     queue = rendered({"redis": ON, "exampleJobQueue": {"enabled": True, "spec": {
         "redis": redis, "worker": {"handlers": "myapp.jobs"}}}}).one("JobQueue")
     assert queue["spec"]["redis"] == redis

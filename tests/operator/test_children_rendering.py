@@ -21,7 +21,7 @@ K8S_VERSION = "1.30"
 SPECS = [
     pytest.param(MINIMAL, id="minimal"),
     pytest.param(FULL, id="full"),
-    pytest.param(sample(MINIMAL, redis={"url": "redis://redis.antre:6379/0"}), id="plain-url"),
+    pytest.param(sample(MINIMAL, redis={"url": "redis://redis.antre:6380/0"}), id="plain-url"),
     pytest.param(sample(MINIMAL, api={"enabled": True, "tokenSecretRef": {"name": "tok"}},
                         reaper={"suspend": True}), id="api-defaults"),
 ]
@@ -132,9 +132,9 @@ def test_default_image_and_no_service_account_token() -> None:
 
 
 def test_plain_url_is_a_value() -> None:
-    jq = parse(sample(MINIMAL, redis={"url": "redis://redis.antre:6379/0"}))
+    jq = parse(sample(MINIMAL, redis={"url": "redis://redis.antre:6380/0"}))
     env = env_of(rendering.render_worker_deployment(jq, OWNER_UID, replicas=1))
-    assert env["ANTRE_REDIS_URL"]["value"] == "redis://redis.antre:6379/0"
+    assert env["ANTRE_REDIS_URL"]["value"] == "redis://redis.antre:6380/0"
 
 
 def test_reaper_cronjob() -> None:

@@ -46,7 +46,7 @@ def test_full_spec() -> None:
 
 @pytest.mark.parametrize("changes, field, fragment", [
     pytest.param({"redis": None}, "spec.redis", "is required", id="no-redis"),
-    pytest.param({"redis": {"url": "redis://:pw@r:6379/0"}}, "spec.redis.url",
+    pytest.param({"redis": {"url": "redis://:pw@r:6380/0"}}, "spec.redis.url",
                  "must not contain a password", id="password"),
     pytest.param({"redis": {"url": "redis://r:notaport/0"}}, "spec.redis.url", "parsable",
                  id="bad-port"),
@@ -54,7 +54,7 @@ def test_full_spec() -> None:
                  id="bad-scheme"),
     pytest.param({"redis": {"url": "redis:///0"}}, "spec.redis.url", "must name a host",
                  id="no-host"),
-    pytest.param({"redis": {"url": "redis://r:6379", "tls": True}}, "spec.redis.url", "rediss",
+    pytest.param({"redis": {"url": "redis://r:6380", "tls": True}}, "spec.redis.url", "rediss",
                  id="tls"),
     pytest.param({"redis": {"urlSecretRef": {"key": "url"}}}, "spec.redis.urlSecretRef.name",
                  "is required", id="secret-without-name"),
@@ -89,10 +89,10 @@ def test_invalid_specs(changes: dict[str, Any], field: str, fragment: str) -> No
 
 
 @pytest.mark.parametrize("url, fragment", [
-    ("redis://user:hunter2@r:6379/0", "must not contain a password or user info"),
-    ("redis://:hun/ter2@r:6379/0", "must not contain a password or user info"),
-    ("redis://r:6379/0?password=hunter2", "password or username query parameter"),
-    ("redis://r:6379/0?db=1&USERNAME=hunter2", "password or username query parameter"),
+    ("redis://user:hunter2@r:6380/0", "must not contain a password or user info"),
+    ("redis://:hun/ter2@r:6380/0", "must not contain a password or user info"),
+    ("redis://r:6380/0?password=hunter2", "password or username query parameter"),
+    ("redis://r:6380/0?db=1&USERNAME=hunter2", "password or username query parameter"),
     ("redis://hunter2:notaport/0", "parsable"),
     ("memcached://hunter2:11211", "scheme"),
 ])
@@ -105,8 +105,8 @@ def test_password_never_appears_in_the_error(url: str, fragment: str) -> None:
 
 
 def test_a_url_from_a_secret_may_carry_credentials_but_errors_never_show_it() -> None:
-    spec.check_redis_url("redis://r:6379/0?password=hunter2", field="url", tls=False)
-    spec.check_redis_url("redis://:hunter2@r:6379/0", field="url", tls=False)
+    spec.check_redis_url("redis://r:6380/0?password=hunter2", field="url", tls=False)
+    spec.check_redis_url("redis://:hunter2@r:6380/0", field="url", tls=False)
     with pytest.raises(spec.InvalidSpec) as info:
-        spec.check_redis_url("redis://:hun/ter2@r:6379/0", field="url", tls=False)
+        spec.check_redis_url("redis://:hun/ter2@r:6380/0", field="url", tls=False)
     assert "hunter2" not in str(info.value) and "hun/ter2" not in str(info.value)

@@ -105,7 +105,7 @@ async def test_broken_jobqueues_do_not_affect_a_good_one(k8s: Any, operator: Any
     # still refuse them itself, and calmly.
     await create(k8s, jobqueue("inverted", NS, redis_url,
                                autoscaling={"minReplicas": 5, "maxReplicas": 2}))
-    await create(k8s, jobqueue("leaky", NS, "redis://user:hunter2@redis:6379/0"))
+    await create(k8s, jobqueue("leaky", NS, "redis://user:hunter2@redis:6380/0"))
     missing = jobqueue("nosecret", NS, redis_url)
     missing["spec"]["redis"] = {"urlSecretRef": {"name": "redis-url", "key": "url"}}
     await create(k8s, missing)

@@ -9,15 +9,15 @@ from antre import connection, errors
 
 
 @pytest.mark.parametrize(("url", "shown"), [
-    pytest.param("redis://:s3cret@h:6379/0", "redis://:***@h:6379/0", id="password"),
+    pytest.param("redis://:s3cret@h:6380/0", "redis://:***@h:6380/0", id="password"),
     pytest.param("redis://user:s3cret@h/0", "redis://user:***@h/0", id="user-and-password"),
-    pytest.param("redis://h:6379/0?password=s3cret&db=1", "redis://h:6379/0?password=***&db=1",
+    pytest.param("redis://h:6380/0?password=s3cret&db=1", "redis://h:6380/0?password=***&db=1",
                  id="password-query"),
-    pytest.param("rediss://:pa/ss@h:6379/0", "rediss://:***@h:6379/0", id="unescaped-slash"),
-    pytest.param("redis://:p@ss@h:6379/0", "redis://:***@h:6379/0", id="unescaped-at"),
+    pytest.param("rediss://:pa/ss@h:6380/0", "rediss://:***@h:6380/0", id="unescaped-slash"),
+    pytest.param("redis://:p@ss@h:6380/0", "redis://:***@h:6380/0", id="unescaped-at"),
     pytest.param("unix:///run/redis.sock?password=x", "unix:///run/redis.sock?password=***",
                  id="unix-socket"),
-    pytest.param("redis://h:6379/0", "redis://h:6379/0", id="nothing-secret"),
+    pytest.param("redis://h:6380/0", "redis://h:6380/0", id="nothing-secret"),
 ])
 def test_redact_hides_every_secret(url: str, shown: str) -> None:
     assert connection.redact(url) == shown
@@ -32,7 +32,7 @@ def test_scheme_selects_the_client() -> None:
 
 @pytest.mark.parametrize("url", [
     pytest.param("http://:s3cret@h/0", id="wrong-scheme"),
-    pytest.param("localhost:6379", id="no-scheme"),
+    pytest.param("localhost:6380", id="no-scheme"),
 ])
 def test_bad_urls_are_refused_without_the_password(url: str) -> None:
     with pytest.raises(errors.InvalidArgument) as caught:
