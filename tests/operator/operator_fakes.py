@@ -9,9 +9,10 @@ assert which writes a step made. :func:`reconciler` builds a Reconciler with an 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import kopf
@@ -112,3 +113,12 @@ def reconciler(monkeypatch: pytest.MonkeyPatch, fake: FakeKube, *, namespace: st
         settings=settings.OperatorSettings(metrics_port=None, redis_timeout_s=1.0))
     state.kube = fake
     return reconciling.Reconciler(state, namespace=namespace, name=name), events
+
+
+@contextlib.asynccontextmanager
+async def closing(rec: reconciling.Reconciler) -> AsyncIterator[reconciling.Reconciler]:
+    """Closes the Reconciler (its Redis client) however the steps inside end."""
+    try:
+        yield rec
+    finally:
+        await rec.close()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from antre_operator import kube, rendering
-from operator_fakes import JOBQUEUE_UID, FakeKube, jobqueue_body, reconciler
+from operator_fakes import JOBQUEUE_UID, FakeKube, closing, jobqueue_body, reconciler
 from redis_servers import free_port
 
 NS = "default"
@@ -44,10 +44,8 @@ async def test_first_step_after_restart_with_redis_down_keeps_live_replicas(
     live_worker(fake, "q", 3)
     rec, events = reconciler(monkeypatch, fake, namespace=NS, name="q")
     body = jobqueue_body("q", NS, spec_for(f"redis://127.0.0.1:{free_port()}/0"))
-    try:
+    async with closing(rec):
         await rec.step(body)
-    finally:
-        await rec.close()
     assert worker_replicas(fake, "q") == 3
     assert not [e for e in events if e["reason"] == "Scaled"]
 
@@ -58,10 +56,8 @@ async def test_first_step_after_restart_with_idle_queue_does_not_scale_down_at_o
     live_worker(fake, "idle", 3)
     rec, events = reconciler(monkeypatch, fake, namespace=NS, name="idle")
     body = jobqueue_body("idle", NS, spec_for(redis_url, scaleDownStabilizationSeconds=60))
-    try:
+    async with closing(rec):
         await rec.step(body)
-    finally:
-        await rec.close()
     # An empty queue recommends 0, but one stabilization window must pass first.
     assert worker_replicas(fake, "idle") == 3
     assert not [e for e in events if e["reason"] == "Scaled"]
@@ -89,7 +85,7 @@ async def test_fields_removed_from_the_spec_are_removed_from_the_children(
         "podAnnotations": {"prometheus.io/scrape": "true", "team": "media"},
     }
     base = {"redis": {"url": url}, "autoscaling": {"enabled": False}, "replicas": 2}
-    try:
+    async with closing(rec):
         await rec.step(jobqueue_body("pods", NS, {**base, "worker": scheduling}))
         for template in pod_templates(fake, "pods"):
             pod = template["spec"]
@@ -125,8 +121,6 @@ async def test_fields_removed_from_the_spec_are_removed_from_the_children(
         writes = len([w for w in fake.writes() if "/status" not in w[1]])
         await rec.step(jobqueue_body("pods", NS, base))
         assert len([w for w in fake.writes() if "/status" not in w[1]]) == writes
-    finally:
-        await rec.close()
 
 
 def stranger(fake: FakeKube, kind: str, name: str, owner_refs: list[dict[str, Any]]) -> None:
@@ -149,10 +143,8 @@ async def test_a_strangers_object_is_not_adopted(monkeypatch: pytest.MonkeyPatch
     rec, events = reconciler(monkeypatch, fake, namespace=NS, name="mine")
     body = jobqueue_body("mine", NS, {"redis": {"url": f"redis://127.0.0.1:{free_port()}/0"},
                                       "autoscaling": {"enabled": False}, "replicas": 1})
-    try:
+    async with closing(rec):
         await rec.step(body)
-    finally:
-        await rec.close()
     assert not [w for w in fake.writes() if w[1].endswith("/deployments/mine-worker")]
     live = fake.live("Deployment", NS, "mine-worker")
     assert live is not None and live["spec"]["replicas"] == 7
@@ -185,11 +177,9 @@ async def test_an_api_deployment_that_is_not_ours_is_not_deleted(
     rec, events = reconciler(monkeypatch, fake, namespace=NS, name="app")
     body = jobqueue_body("app", NS, {"redis": {"url": f"redis://127.0.0.1:{free_port()}/0"},
                                      "autoscaling": {"enabled": False}})
-    try:
+    async with closing(rec):
         await rec.step(body)
         await rec.step(body)
-    finally:
-        await rec.close()
     assert fake.live("Deployment", NS, "app-api") is not None
     # Said once, not every poll.
     assert len([r for r in caplog.records if "not ours; not deleting" in r.getMessage()]) == 1
@@ -218,10 +208,8 @@ async def test_an_unreadable_worker_deployment_is_not_patched(
     live_worker(fake, "q", 3)
     rec, events = reconciler(monkeypatch, fake, namespace=NS, name="q")
     body = jobqueue_body("q", NS, spec_for(f"redis://127.0.0.1:{free_port()}/0"))
-    try:
+    async with closing(rec):
         interval = await rec.step(body)  # the restart read fails; a later GET would work
-    finally:
-        await rec.close()
     assert interval > 0
     assert worker_replicas(fake, "q") == 3
     assert not [w for w in fake.writes() if "/deployments/" in w[1]]
@@ -237,7 +225,7 @@ async def test_a_deleted_strangers_object_no_longer_blocks_nor_counts(
     # Redis down: the autoscaler keeps "the current replicas", which must not be the stranger's.
     body = jobqueue_body("gone", NS, spec_for(f"redis://127.0.0.1:{free_port()}/0",
                                               minReplicas=1))
-    try:
+    async with closing(rec):
         await rec.step(body)
         assert [e for e in events if e["reason"] == "ApplyFailed"]
         [first] = [w[2]["status"] for w in fake.requests if w[1].endswith("/gone/status")]
@@ -245,8 +233,6 @@ async def test_a_deleted_strangers_object_no_longer_blocks_nor_counts(
         # The user deletes the stranger; our label-filtered watch never hears of it.
         del fake.objects[kube.path_of("Deployment", NS, "gone-worker")]
         await rec.step(body)
-    finally:
-        await rec.close()
     live = fake.live("Deployment", NS, "gone-worker")
     assert live is not None and kube.controller_uid(live) == JOBQUEUE_UID
     assert live["spec"]["replicas"] == 1
@@ -267,10 +253,8 @@ async def test_a_recreated_jobqueue_adopts_the_children_of_its_predecessor(
     rec, events = reconciler(monkeypatch, fake, namespace=NS, name="re")
     body = jobqueue_body("re", NS, spec_for(f"redis://127.0.0.1:{free_port()}/0",
                                             minReplicas=1))
-    try:
+    async with closing(rec):
         await rec.step(body)
-    finally:
-        await rec.close()
     assert not [e for e in events if e["reason"] == "ApplyFailed"]
     live = fake.live("Deployment", NS, "re-worker")
     assert live is not None and kube.controller_uid(live) == JOBQUEUE_UID
@@ -305,10 +289,8 @@ async def test_children_orphaned_by_a_cascade_orphan_delete_are_adopted(
     rec, events = reconciler(monkeypatch, fake, namespace=NS, name="orph")
     body = jobqueue_body("orph", NS, spec_for(f"redis://127.0.0.1:{free_port()}/0",
                                               minReplicas=1))
-    try:
+    async with closing(rec):
         await rec.step(body)
-    finally:
-        await rec.close()
     assert not [e for e in events if e["reason"] == "ApplyFailed"]
     live = fake.live("Deployment", NS, "orph-worker")
     assert live is not None and kube.controller_uid(live) == JOBQUEUE_UID
@@ -327,10 +309,8 @@ async def test_an_unlabelled_or_foreign_orphan_is_not_adopted(
     rec, events = reconciler(monkeypatch, fake, namespace=NS, name="orph")
     body = jobqueue_body("orph", NS, {"redis": {"url": f"redis://127.0.0.1:{free_port()}/0"},
                                       "autoscaling": {"enabled": False}, "replicas": 1})
-    try:
+    async with closing(rec):
         await rec.step(body)
-    finally:
-        await rec.close()
     assert [e for e in events if e["reason"] == "ApplyFailed"]
     assert not [w for w in fake.writes() if w[1].endswith("/deployments/orph-worker")]
 
@@ -343,7 +323,7 @@ async def test_an_empty_env_value_does_not_cause_a_patch_every_poll(
         "redis": {"url": f"redis://127.0.0.1:{free_port()}/0"},
         "autoscaling": {"enabled": False}, "replicas": 1,
         "worker": {"env": [{"name": "EMPTY", "value": ""}, {"name": "FULL", "value": "x"}]}})
-    try:
+    async with closing(rec):
         await rec.step(body)
         live = fake.live("Deployment", NS, "env-worker")
         assert live is not None
@@ -355,8 +335,6 @@ async def test_an_empty_env_value_does_not_cause_a_patch_every_poll(
         writes = len([w for w in fake.writes() if "/deployments/" in w[1]])
         await rec.step(body)
         await rec.step(body)
-    finally:
-        await rec.close()
     assert len([w for w in fake.writes() if "/deployments/" in w[1]]) == writes
     env = {e["name"]: e for e in live["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["EMPTY"] == {"name": "EMPTY"} and env["FULL"] == {"name": "FULL", "value": "x"}
