@@ -19,6 +19,14 @@ local function history_entry(events, event, at, attempt, worker, err)
   return n, 'h:' .. (n % HISTORY_SLOTS), cjson.encode(entry)
 end
 
+-- Moves a job to the dead list with its reason (the caller counts it in the stats).
+local function dead_letter(job_key, dead_key, id, now, events, attempt, worker, reason)
+  local n, hfield, hvalue = history_entry(events, 'dead', now, attempt, worker, reason)
+  redis.call('HSET', job_key, 'status', 'dead', 'last_error', reason, 'updated_at', now,
+    'died_at', now, 'events', n, hfield, hvalue)
+  redis.call('LPUSH', dead_key, id)
+end
+
 -- Compare-and-delete: only the holder's token frees a resource lock.
 local function release_lock(lock_prefix, resource_key, token)
   if resource_key and resource_key ~= '' then

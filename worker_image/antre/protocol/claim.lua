@@ -46,11 +46,8 @@ local leased = {}
 local dups = {}
 local deferred = 0
 
-local function dead_letter(job_key, id, events, attempt, reason)
-  local n, hfield, hvalue = history_entry(events, 'dead', now, attempt, worker, reason)
-  redis.call('HSET', job_key, 'status', 'dead', 'last_error', reason, 'updated_at', now,
-    'died_at', now, 'events', n, hfield, hvalue)
-  redis.call('LPUSH', dead_key, id)
+local function refuse(job_key, id, events, attempt, reason)
+  dead_letter(job_key, dead_key, id, now, events, attempt, worker, reason)
   redis.call('HINCRBY', stats_key, 'dead', 1)
 end
 
@@ -66,7 +63,7 @@ for _, id in ipairs(ids) do
   local max_attempts, created_at = tonumber(f[4]), tonumber(f[8])
   if job_type and status == 'queued' and not (attempt and lease and max_attempts and created_at
       and f[2]) then
-    dead_letter(job_key, id, f[10], f[3], 'malformed record: attempt, lease, max_attempts, '
+    refuse(job_key, id, f[10], f[3], 'malformed record: attempt, lease, max_attempts, '
       .. 'created_at and payload must be set (see PROTOCOL.md)')
   elseif job_type and status == 'queued' then
     local idem, resource = f[6], f[7]
@@ -99,7 +96,7 @@ for _, id in ipairs(ids) do
     if broken then
       -- pcall above: a runtime error would strand every job popped in this call.
       outcome = 'broken'
-      dead_letter(job_key, id, f[10], f[3], broken)
+      refuse(job_key, id, f[10], f[3], broken)
     end
 
     if outcome == 'run' then
@@ -134,7 +131,7 @@ for _, id in ipairs(ids) do
       -- Contention is not failure: wait without spending an attempt, but not forever.
       local waits = (tonumber(f[12]) or 0) + 1
       if waits > lock_max_deferrals then
-        dead_letter(job_key, id, f[10], f[3], 'resource ' .. resource .. ' stayed locked through '
+        refuse(job_key, id, f[10], f[3], 'resource ' .. resource .. ' stayed locked through '
           .. lock_max_deferrals .. ' deferrals')
       else
         local n, hfield, hvalue = history_entry(f[10], 'deferred', now, f[3], worker,

@@ -35,10 +35,7 @@ end
 -- A record with unreadable counters cannot be retried safely: dead-letter it.
 local attempt, max_attempts = tonumber(f[3]) or 0, tonumber(f[4]) or 0
 if delay_ms < 0 or attempt >= max_attempts then
-  local n, hfield, hvalue = history_entry(f[6], 'dead', now, attempt, worker, err)
-  redis.call('HSET', job_key, 'status', 'dead', 'last_error', err, 'updated_at', now,
-    'died_at', now, 'events', n, hfield, hvalue)
-  redis.call('LPUSH', dead_key, id)
+  dead_letter(job_key, dead_key, id, now, f[6], attempt, worker, err)
   redis.call('HINCRBY', stats_key, 'dead', 1)
   return {'dead', now}
 end

@@ -46,10 +46,7 @@ for _, id in ipairs(expired) do
     local reason = 'lease expired during attempt ' .. attempt .. ' (worker '
       .. (f[7] or '?') .. ' lost or frozen past its lease)'
     if attempt >= max_attempts then
-      local n, hfield, hvalue = history_entry(f[6], 'dead', now, attempt, f[7], reason)
-      redis.call('HSET', job_key, 'status', 'dead', 'last_error', reason, 'updated_at', now,
-        'died_at', now, 'events', n, hfield, hvalue)
-      redis.call('LPUSH', dead_key, id)
+      dead_letter(job_key, dead_key, id, now, f[6], attempt, f[7], reason)
       dead = dead + 1
     else
       local n, hfield, hvalue = history_entry(f[6], 'lease_expired', now, attempt, f[7], reason)
