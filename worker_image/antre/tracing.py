@@ -40,7 +40,7 @@ def span(name: str, attributes: Mapping[str, AttributeValue | None] | None = Non
     ``kind``: "internal", "producer" or "consumer". An exception raised in the block is recorded
     on the span and marks it as an error, then propagates.
     """
-    if not ENABLED:
+    if not recording():  # no provider: skip the per-job work of a span nobody keeps
         yield None
         return
     tracer = trace.get_tracer(TRACER_NAME)
@@ -62,7 +62,7 @@ def span(name: str, attributes: Mapping[str, AttributeValue | None] | None = Non
 def inject() -> dict[str, str]:
     """The current trace context as headers to store in a job (empty when tracing is off or
     there is no active span)."""
-    if not ENABLED:
+    if not recording():
         return {}
     carrier: dict[str, str] = {}
     propagate.inject(carrier, context=otel_context.get_current())
