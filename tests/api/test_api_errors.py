@@ -68,6 +68,20 @@ async def test_bad_dead_list_query_is_400(client: Any, query: str) -> None:
     assert (await response.json())["field"] == query.split("=")[0]
 
 
+@pytest.mark.parametrize("path, query, allowed", [
+    pytest.param("/v1/queues/q/dead", "lmit=20", "allowed: limit, offset", id="typo-on-list"),
+    pytest.param("/v1/queues/q/stats", "verbose=1", "allowed: none", id="none-allowed"),
+])
+async def test_unknown_query_parameter_is_400_naming_it(client: Any, path: str, query: str,
+                                                        allowed: str) -> None:
+    response = await client.get(f"{path}?{query}")
+    assert response.status == 400
+    body = await response.json()
+    name = query.split("=")[0]
+    assert body["field"] == name
+    assert f"{name!r}: unknown; {allowed}" in body["message"]
+
+
 async def test_bad_queue_name_is_400(client: Any) -> None:
     response = await client.post("/v1/queues/-bad%7Bname%7D/jobs", json={"type": "t"})
     assert response.status == 400

@@ -211,6 +211,25 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     return await handler(request)
 
 
+@web.middleware
+async def query_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse query parameters the OpenAPI document does not list for the operation, so a
+    typo such as ``?lmit=20`` is a 400 naming it rather than a silent default. Requests that
+    match no documented operation (unknown path, wrong method) pass on to their 404 or 405."""
+    operation = (request.app[OPENAPI_DOC]["paths"].get(_route_name(request), {})
+                 .get(request.method.lower()))
+    if operation is None:
+        return await handler(request)
+    allowed = sorted(param["name"] for param in operation.get("parameters", ())
+                     if param["in"] == "query")
+    unknown = sorted(set(request.query) - set(allowed))
+    if unknown:
+        raise BadRequest(400, "invalid_argument",
+                         f"query parameter {', '.join(map(repr, unknown))}: unknown; allowed: "
+                         f"{', '.join(allowed) or 'none'}", field=unknown[0])
+    return await handler(request)
+
+
 # -- request parsing -----------------------------------------------------------------------------
 
 def _reject_constant(name: str) -> None:
@@ -464,7 +483,7 @@ def create_app(redis_client: Any, *, queue_template: settings.QueueSettings | No
     """The application. ``queue_template`` gives prefix and limits for every queue (its name
     is replaced by the one in the path)."""
     api_settings = api_settings or ApiSettings()
-    app = web.Application(middlewares=[error_middleware, auth_middleware],
+    app = web.Application(middlewares=[error_middleware, auth_middleware, query_middleware],
                           client_max_size=api_settings.max_body_bytes)
     app[APP_STATE] = ApiState(redis_client, queue_template or settings.QueueSettings(),
                               api_settings)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# README's test command: install what the suite needs on this machine, then run it.
+#
+#   bash scripts/test.sh [pytest arguments]
+#
+# 1. System packages (Debian/Ubuntu): redis-server and redis-sentinel when they are missing,
+#    with apt-get as root (otherwise it prints the command to run and stops).
+# 2. A virtual environment ($ANTRE_TEST_VENV, default <repo>/.venv; created when missing) with
+#    the package and its `test` extra installed at the versions pinned in tests/constraints.txt.
+# 3. The helm and kubectl binaries the chart and Kubernetes tests run (cached under .cache/).
+# 4. pytest, with any arguments given.
+# Idempotent: a second run installs nothing new and goes straight to the tests.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo_root"
+
+missing=()
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v redis-sentinel >/dev/null || missing+=(redis-sentinel)
+if ((${#missing[@]})); then
+    if [[ "$(id -u)" != 0 ]]; then
+        echo "test.sh: missing ${missing[*]}; install them first: sudo apt-get install -y ${missing[*]}" >&2
+        exit 1
+    fi
+    echo "test.sh: installing ${missing[*]} with apt-get" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 \
+        || { apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
+fi
+
+venv="${ANTRE_TEST_VENV:-$repo_root/.venv}"
+if [[ ! -x "$venv/bin/python" ]]; then
+    echo "test.sh: creating the virtual environment $venv" >&2
+    "${PYTHON:-python3}" -m venv "$venv"
+fi
+echo "test.sh: installing the package and the pinned test tools into $venv" >&2
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    -c tests/constraints.txt -e '.[test]'
+
+PYTHON="$venv/bin/python" bash scripts/fetch_helm.sh >/dev/null
+
+exec "$venv/bin/python" -m pytest -q "$@"
