@@ -9,6 +9,7 @@ import threading
 
 from antre import Backoff, Permanent, Queue, Retry
 from antre.handlers import HandlerRegistry
+from antre.jobs import JobInfo
 from invariants import assert_invariants
 from worker_harness import eventually, running_worker, status_of
 
@@ -145,15 +146,31 @@ async def test_retry_delays_are_jittered_inside_the_ceiling(redis_client, aredis
 
     queue = Queue(redis_client, settings=qs)
     ids = [r.job_id for r in queue.enqueue_many([("fails", i) for i in range(20)])]
+    snapshot: list[tuple[float, JobInfo]] = []
+
+    def all_waiting_for_retry() -> bool:
+        # One MULTI, so the retry set and the records are seen at the same instant: a job whose
+        # jittered delay is near zero may already be promoted and run again a moment later.
+        pipe = redis_client.pipeline(transaction=True)
+        for job_id in ids:
+            pipe.zscore(qs.keys.retry, job_id)
+            pipe.hgetall(qs.keys.job(job_id))
+        replies = pipe.execute()
+        if any(score is None for score in replies[::2]):
+            return False
+        snapshot[:] = [(score, JobInfo.from_hash(fields))
+                       for score, fields in zip(replies[::2], replies[1::2], strict=True)]
+        return True
+
     async with running_worker(aredis, qs, registry, concurrency=8):
-        await eventually(lambda: redis_client.zcard(qs.keys.retry) == 20)
+        await eventually(all_waiting_for_retry)
     delays = []
-    for job_id in ids:
-        info = queue.get(job_id)
+    for due_at_ms, info in snapshot:
         failed_at = info.history[-1]
         assert (failed_at.event, failed_at.error) == ("retrying", "RuntimeError: down")
-        delays.append(redis_client.zscore(qs.keys.retry, job_id) - failed_at.at_ms)
-    assert all(0 <= d <= backoff.ceiling_ms(1) for d in delays), delays
+        delay = due_at_ms - failed_at.at_ms
+        assert 0 <= delay <= backoff.ceiling_ms(info.attempt), (info.attempt, delay)
+        delays.append(delay)
     assert len(set(delays)) > 10  # full jitter spreads them out
     assert_invariants(redis_client, qs)
 
