@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from redis_servers import RedisServer
 
 

@@ -19,8 +19,9 @@ import pytest
 import redis
 from antre import HandlerRegistry, Job, Queue, QueueSettings, WorkerSettings, connection
 from antre.protocol import scripts
+from antre.protocol.ack import ack_op
 from antre.protocol.claim import claim_op
-from antre.protocol.settle import ack_op, fail_op
+from antre.protocol.fail import fail_op
 from antre.worker import Worker
 from invariants import assert_invariants
 from redis_servers import RedisServer, wait_until

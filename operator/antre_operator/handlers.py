@@ -86,7 +86,7 @@ async def start(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     except kubernetes.config.ConfigException as exc:
         raise kopf.PermanentError(f"no Kubernetes credentials: {exc}") from None
     if state.settings.metrics_port:
-        state.metrics.serve(state.settings.metrics_port)
+        await state.metrics.serve(state.settings.metrics_port)
 
 
 @kopf.on.cleanup()
@@ -94,7 +94,7 @@ async def stop(memo: Any, **_: Any) -> None:
     state = _state(memo)
     if state.kube is not None:
         await state.kube.close()
-    state.metrics.stop()
+    await state.metrics.stop()
 
 
 @kopf.daemon(*JOBQUEUES, cancellation_timeout=10.0)

@@ -8,10 +8,9 @@ removed by :meth:`Metrics.forget`.
 from __future__ import annotations
 
 import contextlib
-import threading
-from typing import Any
 
 import prometheus_client
+from antre import metrics_server
 
 _LABELS = ("namespace", "jobqueue")
 
@@ -44,8 +43,7 @@ class Metrics:
         self.scales = prometheus_client.Counter(
             "antre_operator_scale_events", "Replica changes of worker Deployments.",
             (*_LABELS, "direction"), registry=self.registry)
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
+        self._server: metrics_server.MetricsServer | None = None
 
     def forget(self, namespace: str, name: str) -> None:
         for gauge in (self.backlog, self.processing, self.dead, self.oldest_age, self.desired,
@@ -57,18 +55,14 @@ class Metrics:
                 if labels[:2] == (namespace, name):
                     counter.remove(*labels)
 
-    def serve(self, port: int, address: str = "0.0.0.0") -> None:
-        server, thread = prometheus_client.start_http_server(port, address, registry=self.registry)
-        self._server, self._thread = server, thread
+    async def serve(self, port: int, address: str = "0.0.0.0") -> None:
+        """Serves /metrics on the operator's event loop, the way the worker serves its own."""
+        self._server = await metrics_server.serve_metrics(self.registry, port=port, host=address)
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            await self._server.cleanup()
             self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
 
     def render(self) -> str:
         return prometheus_client.generate_latest(self.registry).decode()

@@ -16,12 +16,10 @@ from pathlib import Path
 import pytest
 import redis
 from antre import QueueSettings
+from fault_support import QUEUE, SpawnWorker, WorkerProcess
+from redis_servers import RedisServer, child_env
 
 HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))
-
-from fault_support import QUEUE, SpawnWorker, WorkerProcess  # noqa: E402
-from redis_servers import RedisServer, child_env  # noqa: E402
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ import pytest
 import redis
 from antre import Queue, QueueSettings, RedisUnavailable, WorkerSettings, connection
 from antre.protocol import scripts
+from antre.protocol.ack import ack_op
 from antre.protocol.claim import claim_op
-from antre.protocol.settle import ack_op
 from fault_support import SpawnWorker, WorkerProcess, check_invariants, effect_count
 from redis_servers import RedisServer, wait_until
 

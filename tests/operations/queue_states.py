@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from antre import Queue, WorkerSettings
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
-from antre.protocol.settle import fail_op
+from antre.protocol.fail import fail_op
 
 WORKER = WorkerSettings(visibility_timeout_s=30)
 
@@ -73,10 +73,10 @@ def register_worker(queue: Queue, worker_id: str = "w-1", *, pod: str = "pod-1",
     """A live worker registry entry, written by the heartbeat script as a worker would."""
     import json
 
-    from antre.protocol.lease import extend_op
+    from antre.protocol.extend_lease import extend_lease_op
 
     entry = {"worker_id": worker_id, "pod": pod, "host": "h", "pid": 1, "in_flight": 0,
              "concurrency": concurrency, "started_at_ms": server_ms(queue) - 60_000}
-    scripts.run(queue.redis, extend_op(queue.settings, [], lease_ms=30_000, worker_id=worker_id,
+    scripts.run(queue.redis, extend_lease_op(queue.settings, [], lease_ms=30_000, worker_id=worker_id,
                                        registry_entry_json=json.dumps(entry),
                                        registry_ttl_ms=30_000))

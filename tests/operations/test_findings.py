@@ -20,7 +20,8 @@ from antre.inspection import (
     Severity,
     Snapshot,
 )
-from antre.protocol.depth import Depth, WorkerEntry
+from antre.protocol.depth import Depth
+from antre.protocol.workers import WorkerEntry
 
 NOW = 1_800_000_000_000
 

@@ -6,16 +6,12 @@ Sample JobQueues live in ``operator_samples.py``; the kopf + kmock integration h
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from antre_operator.settings import OperatorSettings
 from operator_samples import CRD_PATH
 from redis_servers import free_port

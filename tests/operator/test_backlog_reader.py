@@ -15,7 +15,7 @@ import pytest
 import redis
 import redis.asyncio
 from antre.protocol import scripts
-from antre.protocol.lease import extend_op
+from antre.protocol.extend_lease import extend_lease_op
 from antre.settings import QueueSettings
 from antre_operator import backlog
 from redis_servers import free_port, running_redis
@@ -47,7 +47,7 @@ async def test_jobs_in_flight_by_pod(redis_url: str, redis_client: redis.Redis) 
         for worker_id, pod, in_flight in (("w1", "p-a", 2), ("w2", "p-a", 1), ("w3", "p-b", 0)):
             entry = {"pod": pod, "host": pod, "pid": 1, "in_flight": in_flight,
                      "concurrency": 4, "started_at_ms": int(time.time() * 1000)}
-            await scripts.run_async(client, extend_op(
+            await scripts.run_async(client, extend_lease_op(
                 QueueSettings(name="reg"), [], lease_ms=60_000, worker_id=worker_id,
                 registry_entry_json=json.dumps(entry), registry_ttl_ms=60_000))
     finally:

@@ -16,7 +16,7 @@ import antre
 import redis
 import redis.asyncio
 from antre.protocol import scripts
-from antre.protocol.lease import extend_op
+from antre.protocol.extend_lease import extend_lease_op
 from antre.settings import QueueSettings
 from antre_operator import settings
 from operator_emulation import condition, create, eventually, jobqueue, method_of
@@ -64,7 +64,7 @@ async def register_worker(url: str, queue: str, *, worker_id: str, pod: str,
     try:
         entry = {"pod": pod, "host": pod, "pid": 1, "in_flight": in_flight, "concurrency": 4,
                  "started_at_ms": int(time.time() * 1000)}
-        await scripts.run_async(client, extend_op(
+        await scripts.run_async(client, extend_lease_op(
             QueueSettings(name=queue), [], lease_ms=60_000, worker_id=worker_id,
             registry_entry_json=json.dumps(entry), registry_ttl_ms=120_000))
     finally:

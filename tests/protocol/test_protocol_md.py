@@ -8,8 +8,8 @@ from pathlib import Path
 
 from antre import Queue, QueueSettings, WorkerSettings
 from antre.protocol import scripts
+from antre.protocol.ack import ack_op
 from antre.protocol.claim import claim_op
-from antre.protocol.settle import ack_op
 from invariants import assert_invariants
 
 DOC = Path(__file__).resolve().parents[2] / "PROTOCOL.md"

@@ -10,8 +10,10 @@ import pytest
 from antre import errors
 from antre.client import Queue
 from antre.protocol import scripts
+from antre.protocol.ack import ack_op
 from antre.protocol.claim import claim_op
-from antre.protocol.settle import ack_op, fail_op, release_op
+from antre.protocol.fail import fail_op
+from antre.protocol.release import release_op
 from antre.settings import QueueSettings, WorkerSettings
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st

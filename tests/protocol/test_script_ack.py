@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from antre.protocol import scripts
-from antre.protocol.settle import ack_op
+from antre.protocol.ack import ack_op
 from antre.settings import QueueSettings
 from invariants import assert_invariants
 from protocol_state import dump, run_fresh, seed_job

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from antre import errors
 from antre.protocol import scripts
-from antre.protocol.settle import checkpoint_op
+from antre.protocol.checkpoint import checkpoint_op
 from invariants import assert_invariants
 from protocol_state import dump, run_fresh, seed_job
 

@@ -6,7 +6,9 @@ import pytest
 from antre import errors
 from antre.client import Queue
 from antre.protocol import scripts
-from antre.protocol.dead_letter import cancel_op, purge_op, replay_op
+from antre.protocol.cancel import cancel_op
+from antre.protocol.purge import purge_op
+from antre.protocol.replay import replay_op
 from antre.settings import QueueSettings
 from invariants import assert_invariants
 from protocol_state import dump, run_fresh, seed_job

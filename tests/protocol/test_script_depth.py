@@ -6,7 +6,8 @@ import json
 
 from antre.client import Queue
 from antre.protocol import scripts
-from antre.protocol.depth import depth_op, workers_op
+from antre.protocol.depth import depth_op
+from antre.protocol.workers import workers_op
 from protocol_state import dump, run_fresh, seed_job, server_ms
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 
 from antre.protocol import scripts
-from antre.protocol.lease import extend_op
+from antre.protocol.extend_lease import extend_lease_op
 from invariants import assert_invariants
 from protocol_state import dump, run_fresh, seed_job, server_ms
 
 
 def extend(r, qs, leases, *, lease_ms=10_000, fresh=False):
-    op = extend_op(qs, leases, lease_ms=lease_ms, worker_id="w1",
+    op = extend_lease_op(qs, leases, lease_ms=lease_ms, worker_id="w1",
                    registry_entry_json=json.dumps({"pod": "p"}), registry_ttl_ms=15_000)
     return run_fresh(r, op) if fresh else scripts.run(r, op)
 

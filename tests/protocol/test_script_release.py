@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
-from antre.protocol.settle import release_op
+from antre.protocol.release import release_op
 from invariants import assert_invariants
 from protocol_state import dump, run_fresh, seed_job
 

@@ -13,11 +13,13 @@ import pytest
 import redis
 from antre import NewJob, errors
 from antre.protocol import scripts
+from antre.protocol.ack import ack_op
 from antre.protocol.claim import claim_op
 from antre.protocol.enqueue import enqueue_ops
-from antre.protocol.lease import extend_op
+from antre.protocol.extend_lease import extend_lease_op
+from antre.protocol.fail import fail_op
 from antre.protocol.reap import reap_op
-from antre.protocol.settle import ack_op, fail_op, release_op
+from antre.protocol.release import release_op
 from antre.settings import QueueSettings, WorkerSettings
 from invariants import assert_invariants
 from protocol_state import seed_job, server_ms
@@ -83,7 +85,7 @@ def test_settle_scripts_fence_on_the_claiming_worker(redis_client, qs, ws):
     assert scripts.run(redis_client, release_op(qs, [("a", 1)], worker_id="w1", reason="x")) == [False]
     with pytest.raises(errors.LeaseLost):
         scripts.run(redis_client, fail_op(qs, ("a", 1), error="e", retry_delay_ms=0, worker_id="w1"))
-    extended = scripts.run(redis_client, extend_op(qs, [("a", 1)], lease_ms=1000, worker_id="w1",
+    extended = scripts.run(redis_client, extend_lease_op(qs, [("a", 1)], lease_ms=1000, worker_id="w1",
                                                    registry_entry_json="{}", registry_ttl_ms=1000))
     assert extended.held == [False]
     assert scripts.run(redis_client, ack_op(qs, [("a", 1)], worker_id="w2")) == [True]
@@ -104,7 +106,7 @@ def test_ack_release_and_heartbeat_are_admitted_at_maxmemory():
         client.config_set("maxmemory", str(used - 1024))  # full from now on
         with pytest.raises(errors.RedisRefused, match=r"OOM|maxmemory"):
             scripts.run(client, enqueue_ops(qs, [NewJob("t", {})])[0])
-        extended = scripts.run(client, extend_op(
+        extended = scripts.run(client, extend_lease_op(
             qs, [(jobs[0].id, jobs[0].lease)], lease_ms=30_000, worker_id="w1",
             registry_entry_json="{}", registry_ttl_ms=10_000))
         assert extended.held == [True]

@@ -12,8 +12,9 @@ import pytest
 from antre import Queue
 from antre.cli import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE, main
 from antre.protocol import scripts
+from antre.protocol.ack import ack_op
 from antre.protocol.claim import claim_op
-from antre.protocol.settle import ack_op, fail_op
+from antre.protocol.fail import fail_op
 from antre.settings import QueueSettings, WorkerSettings
 from invariants import assert_invariants
 from redis_servers import child_env, free_port, wait_until

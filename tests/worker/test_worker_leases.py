@@ -28,16 +28,26 @@ def lifecycle_events(caplog, event):
 async def test_heartbeat_keeps_a_job_longer_than_its_lease(redis_client, aredis, qs):
     registry = HandlerRegistry()
     runs = []
+    outlived = asyncio.Event()
 
     @registry.handler("long")
     async def long(job):
         runs.append(job.attempt)
-        await asyncio.sleep(3.5)
+        await outlived.wait()
+
+    def lease_pushed_past_two_leases() -> bool:
+        # The deadline the heartbeat keeps moving, against the claim that set the first one.
+        claimed_at = next((e.at_ms for e in queue.get(job_id).history if e.event == "claimed"), None)
+        deadline = redis_client.zscore(qs.keys.processing, job_id)
+        return claimed_at is not None and deadline is not None and deadline >= claimed_at + 4500
 
     queue = Queue(redis_client, settings=qs)
     job_id = queue.enqueue("long", resource_key="acct").job_id
     # A 1.5 s lease beaten every 0.5 s: a loaded CI machine must not stall the loop that long.
     async with running_worker(aredis, qs, registry, visibility_timeout_s=1.5, reaper_interval_s=0.1):
+        # The run goes on until the heartbeat has carried it through two whole leases.
+        await eventually(lease_pushed_past_two_leases, timeout_s=10, message="extensions")
+        outlived.set()
         await eventually(lambda: status_of(redis_client, qs, job_id) == "done", timeout_s=10)
     info = queue.get(job_id)
     events = [e.event for e in info.history]

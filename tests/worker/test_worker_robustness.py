@@ -85,7 +85,7 @@ async def test_a_stale_heartbeat_reply_leaves_the_newer_lease_alone(redis_client
         # once it has read the claim's reply.
         await eventually(lambda: worker.in_flight == 1)
         lease = int(redis_client.hget(qs.keys.job(job_id), "lease"))
-        worker._lease_lost(job_id, lease - 1)  # the reply about an older lease arrives late
+        worker.held.lose(job_id, lease - 1)  # the reply about an older lease arrives late
         assert worker.in_flight == 1
         release.set()
         await eventually(lambda: status_of(redis_client, qs, job_id) == "done")
@@ -109,13 +109,14 @@ async def test_a_thread_past_its_timeout_keeps_its_slot_and_its_lock(redis_clien
     queue = Queue(redis_client, settings=qs)
     stuck_id = queue.enqueue("stuck", resource_key="acct", max_attempts=1).job_id
     try:
-        async with running_worker(aredis, qs, registry, concurrency=1, job_timeout_s=0.2):
+        async with running_worker(aredis, qs, registry, concurrency=1, job_timeout_s=0.2) as worker:
             await eventually(lambda: status_of(redis_client, qs, stuck_id) == "dead")
             assert "timed out after 0.2 s" in queue.get(stuck_id).last_error
             # The thread still runs: its resource stays locked and the only slot stays busy.
             assert redis_client.exists(qs.keys.resource_lock("acct"))
             quick_id = queue.enqueue("quick").job_id
-            await asyncio.sleep(0.3)
+            # The claim loop saw the slot freed by the failed run, and went back to waiting.
+            await eventually(lambda: worker.threads.overdue == 1 and not worker._slot_freed.is_set())
             assert status_of(redis_client, qs, quick_id) == "queued" and started == [stuck_id]
             hang.set()
             await eventually(lambda: status_of(redis_client, qs, quick_id) == "done")

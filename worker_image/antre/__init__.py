@@ -19,8 +19,9 @@ from antre.errors import (
 )
 from antre.handlers import HandlerRegistry, default_registry, handler
 from antre.jobs import EnqueueResult, Job, JobInfo, JobStatus
-from antre.protocol.depth import Depth, WorkerEntry
+from antre.protocol.depth import Depth
 from antre.protocol.enqueue import NewJob
+from antre.protocol.workers import WorkerEntry
 from antre.settings import QueueSettings, WorkerSettings
 
 __version__ = "0.1.0"

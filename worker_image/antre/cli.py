@@ -190,7 +190,7 @@ async def _serve_worker(url: str, queue_settings: settings.QueueSettings,
     from antre.client import AsyncQueue
     from antre.depth_metrics import DepthCollector
     from antre.metrics import WorkerMetrics
-    from antre.serving import serve_metrics
+    from antre.metrics_server import serve_metrics
     from antre.worker import Worker
     metrics = WorkerMetrics(queue_settings.name)
     worker = Worker(connection.connect_async(url), queue_settings, worker_settings,

@@ -13,10 +13,13 @@ from typing import Any
 from antre import connection, errors, keys, redis_checks, tracing
 from antre.jobs import EnqueueResult, JobInfo
 from antre.protocol import scripts
-from antre.protocol.dead_letter import cancel_op, purge_op, replay_op
-from antre.protocol.depth import Depth, WorkerEntry, WorkerRegistry, depth_op, workers_op
+from antre.protocol.cancel import cancel_op
+from antre.protocol.depth import Depth, depth_op
 from antre.protocol.enqueue import NewJob, enqueue_ops
+from antre.protocol.purge import purge_op
 from antre.protocol.reap import ReapResult, reap_op
+from antre.protocol.replay import replay_op
+from antre.protocol.workers import WorkerEntry, WorkerRegistry, workers_op
 from antre.settings import QueueSettings
 
 JobSpec = NewJob | tuple[str, Any] | dict[str, Any]

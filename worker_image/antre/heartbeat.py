@@ -1,9 +1,10 @@
 """The heartbeat loop: every visibility_timeout/3 it extends the leases this worker holds and
-refreshes its registry entry, in one script call (:mod:`antre.protocol.lease`)."""
+refreshes its registry entry, in one script call (:mod:`antre.protocol.extend_lease`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -11,8 +12,8 @@ from typing import Any
 
 from antre.metrics import WorkerMetrics
 from antre.protocol import scripts
-from antre.protocol.lease import ExtendResult, extend_op
-from antre.protocol.settle import Lease
+from antre.protocol.extend_lease import ExtendResult, extend_lease_op
+from antre.protocol.scripts import Lease
 from antre.settings import QueueSettings, WorkerSettings
 
 log = logging.getLogger("antre.heartbeat")
@@ -38,7 +39,7 @@ class Heartbeat:
 
     async def step(self) -> ExtendResult:
         leases = self.held_leases()
-        result = await scripts.run_async(self.redis, extend_op(
+        result = await scripts.run_async(self.redis, extend_lease_op(
             self.queue, leases, lease_ms=self.settings.lease_ms, worker_id=self.worker_id,
             registry_entry_json=json.dumps(self.registry_entry(), separators=(",", ":")),
             registry_ttl_ms=self.registry_ttl_ms,
@@ -54,6 +55,14 @@ class Heartbeat:
         if self.metrics is not None and extended:
             self.metrics.lease_extensions.labels(self.queue.name).inc(extended)
         return result
+
+    async def unregister(self) -> None:
+        """Removes the registry entry at once (a graceful stop), instead of waiting for its TTL."""
+        with contextlib.suppress(Exception):
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.delete(self.queue.keys.worker(self.worker_id))
+            pipe.zrem(self.queue.keys.workers, self.worker_id)
+            await pipe.execute()
 
     async def run(self) -> None:
         failures = 0

@@ -21,7 +21,8 @@ import redis
 from antre import cli, errors, inspection
 from antre.client import Queue
 from antre.inspection import Severity, Snapshot, Thresholds
-from antre.protocol.depth import Depth, WorkerEntry
+from antre.protocol.depth import Depth
+from antre.protocol.workers import WorkerEntry
 
 #: Entries read per section: enough for one screen and for grouping, bounded for big queues.
 READ_LIMIT: Final = 50

@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Any
 
-from antre.protocol.depth import Depth, WorkerEntry
+from antre.protocol.depth import Depth
+from antre.protocol.workers import WorkerEntry
 
 
 @dataclass(frozen=True, slots=True)

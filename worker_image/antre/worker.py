@@ -1,63 +1,48 @@
-"""The worker runtime: claim, run, settle; heartbeat and reaper beside it; graceful shutdown.
+"""The worker runtime: the claim loop and the run of one job, with the heartbeat, the reaper
+and the ack batcher beside it in their own modules; graceful shutdown.
 
 One asyncio loop per process runs up to ``concurrency`` handlers. Jobs are claimed in batches
-(one script call leases as many as there are free slots), acknowledged in batches (completions
-that arrive while an ack is in flight ride on the next one), and an empty queue is waited on
-with a blocking BLMOVE that rotates the list onto itself, so a new job wakes the worker at once
-without ever leaving the ready list.
+(one script call leases as many as there are free slots) and acknowledged in batches
+(:mod:`antre.ack_batcher`); an empty queue is waited on with a blocking BLMOVE that rotates the
+list onto itself, so a new job wakes the worker at once without ever leaving the ready list.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import json
 import logging
 import os
 import secrets
 import socket
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
-from antre import errors, logs, redis_checks, tracing
-from antre.backoff import Backoff
+from antre import logs, redis_checks, tracing
+from antre.ack_batcher import AckBatcher
 from antre.errors import LeaseLost, Permanent, RedisUnavailable, Retry
+from antre.handler_threads import HandlerThreads, ThreadTimeout
 from antre.handlers import Handler, HandlerRegistry
 from antre.heartbeat import Heartbeat
+from antre.held_runs import HeldRuns
 from antre.jobs import ClaimedJob, Job
 from antre.metrics import WorkerMetrics
+from antre.outages import Outages
+from antre.outcomes import Outcomes
 from antre.protocol import scripts
+from antre.protocol.checkpoint import checkpoint_op
 from antre.protocol.claim import claim_op
-from antre.protocol.settle import Lease, ack_op, checkpoint_op, fail_op, release_op
+from antre.protocol.fail import fail_op
+from antre.protocol.release import release_op
 from antre.reaper import Reaper
+from antre.runs import Failure, Run
 from antre.settings import QueueSettings, WorkerSettings
 
 log = logging.getLogger("antre.worker")
 
 #: Longest blocking wait on an empty queue; bounds how late a due retry or a stop is noticed.
 IDLE_WAIT_S = 1.0
-#: Delays between attempts to reach Redis during an outage.
-OUTAGE_BACKOFF = Backoff(base_s=0.05, max_s=2.0)
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """Why a run failed, and how to settle it."""
-
-    error: str
-    #: Retry after this many seconds; None uses the backoff.
-    delay_s: float | None = None
-    #: Straight to dead: retrying is useless.
-    permanent: bool = False
-    #: Leave the resource lock to expire instead of freeing it (the run may still be going).
-    keep_lock: bool = False
-
-
-class _ThreadTimeout(Exception):
-    """A plain ``def`` handler overran its timeout and its thread is still running."""
 
 
 def _headers(headers_json: str) -> dict[str, str]:
@@ -72,23 +57,6 @@ def _headers(headers_json: str) -> dict[str, str]:
     if not isinstance(decoded, dict):
         return {}
     return {str(key): str(value) for key, value in decoded.items()}
-
-
-@dataclass(slots=True, eq=False)
-class Run:
-    """One leased job in this process, from claim until its settle call returns."""
-
-    claimed: ClaimedJob
-    task: asyncio.Task[None] | None = None
-    started: float = field(default_factory=time.monotonic)
-    #: The heartbeat found the lease gone: the result must be discarded.
-    lost: bool = False
-    #: Shutdown gave the job back: the result must be discarded.
-    released: bool = False
-    #: The handler returned; the ack or fail call now reports the truth about the lease.
-    settling: bool = False
-    #: An async handler can be cancelled; a thread cannot, so its slot stays busy until it returns.
-    cancellable: bool = False
 
 
 def default_worker_id() -> str:
@@ -107,26 +75,25 @@ class Worker:
         self.metrics = metrics
         self.pod = settings.pod_name or os.environ.get("POD_NAME") or socket.gethostname()
         self.started_at_ms = int(time.time() * 1000)
-        # Every lease this process holds, running or waiting for its ack.
-        self._held: dict[str, Run] = {}
         self._running = 0
-        self._acks: list[Run] = []
-        self._ack_ready = asyncio.Event()
-        self._acks_idle = asyncio.Event()
-        self._acks_idle.set()
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._idle_wait: asyncio.Task[Any] | None = None
         self._loops: list[asyncio.Task[Any]] = []
-        self._executor = ThreadPoolExecutor(max_workers=settings.concurrency,
-                                            thread_name_prefix="antre-handler")
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.outages = Outages(redis, queue_name=queue.name, worker_id=self.worker_id,
+                               metrics=metrics)
+        self.outcomes = Outcomes(queue.name, self.worker_id, metrics)
+        self.held = HeldRuns(self.outcomes)
+        self.threads = HandlerThreads(settings.concurrency, on_slot_freed=self._slot_freed.set)
+        self.acks = AckBatcher(queue, worker_id=self.worker_id, outages=self.outages,
+                               outcomes=self.outcomes, budget_s=settings.visibility_timeout_s,
+                               on_settled=self.held.forget)
         self.heartbeat = Heartbeat(
-            redis, queue, settings, worker_id=self.worker_id, held_leases=self._held_leases,
-            on_lost=self._lease_lost, registry_entry=self._registry_entry, metrics=metrics)
+            redis, queue, settings, worker_id=self.worker_id, held_leases=self.held.leases,
+            on_lost=self.held.lose, registry_entry=self._registry_entry, metrics=metrics)
         self.reaper = Reaper(redis, queue, interval_s=settings.reaper_interval_s,
                              holder=self.worker_id, metrics=metrics)
-        self.succeeded = 0
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -139,7 +106,12 @@ class Worker:
 
     @property
     def in_flight(self) -> int:
-        return len(self._held)
+        return len(self.held)
+
+    @property
+    def succeeded(self) -> int:
+        """Runs this worker has acknowledged."""
+        return self.outcomes.succeeded
 
     def healthy(self) -> bool:
         """For the liveness probe: False once one of the worker's loops has ended while the
@@ -158,7 +130,7 @@ class Worker:
             await self.heartbeat.step()  # register at once, so the operator sees us
         claimer = asyncio.create_task(self._claim_loop(), name="antre-claim")
         background = [
-            asyncio.create_task(self._ack_loop(), name="antre-ack"),
+            asyncio.create_task(self.acks.run(), name="antre-ack"),
             asyncio.create_task(self.heartbeat.run(), name="antre-heartbeat"),
             asyncio.create_task(self.reaper.run(), name="antre-reaper"),
         ]
@@ -177,8 +149,8 @@ class Worker:
                 for task in background:
                     task.cancel()
             await asyncio.gather(claimer, *background, return_exceptions=True)
-            await self._unregister()
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            await self.heartbeat.unregister()
+            self.threads.shutdown()
             log.info("worker stopped", extra={"worker_id": self.worker_id,
                                               "succeeded": self.succeeded})
 
@@ -195,51 +167,37 @@ class Worker:
         """Lets running jobs finish within the grace period, then releases the rest."""
         deadline = time.monotonic() + self.settings.grace_period_s
         while self._running and time.monotonic() < deadline:
-            tasks = [run.task for run in self._held.values() if run.task and not run.task.done()]
+            tasks = [run.task for run in self.held if run.task and not run.task.done()]
             if not tasks:
                 break
             await asyncio.wait(tasks, timeout=max(deadline - time.monotonic(), 0))
-        unfinished = [run for run in self._held.values()
+        unfinished = [run for run in self.held
                       if run.task and not run.task.done() and not run.settling]
         if unfinished:
             for run in unfinished:
                 run.released = True
-            leases = [(run.claimed.id, run.claimed.lease) for run in unfinished]
             try:
-                released = await self._settle(release_op(
-                    self.queue, leases, worker_id=self.worker_id,
+                released = await self.outages.settle(release_op(
+                    self.queue, [run.lease for run in unfinished], worker_id=self.worker_id,
                     reason="worker shutting down"), budget_s=5.0)
             except (RedisUnavailable, LeaseLost):
                 released = [False] * len(unfinished)
             for run, ok in zip(unfinished, released, strict=True):
                 if run.task is not None:
                     run.task.cancel()
-                self._held.pop(run.claimed.id, None)
-                self._outcome(run, "released" if ok else "lease_lost")
-        settling = [run.task for run in self._held.values() if run.task and not run.task.done()]
+                self.held.forget(run)
+                self.outcomes.record(run, "released" if ok else "lease_lost")
+        settling = [run.task for run in self.held if run.task and not run.task.done()]
         if settling:  # fail calls already under way: let them land
             await asyncio.wait(settling, timeout=10.0)
-        await self._flush_acks_before_exit()
-
-    async def _flush_acks_before_exit(self, budget_s: float = 10.0) -> None:
-        deadline = time.monotonic() + budget_s
-        while (self._acks or not self._acks_idle.is_set()) and time.monotonic() < deadline:
-            self._ack_ready.set()
-            await asyncio.sleep(0.01)
-
-    async def _unregister(self) -> None:
-        with contextlib.suppress(Exception):
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.delete(self.queue.keys.worker(self.worker_id))
-            pipe.zrem(self.queue.keys.workers, self.worker_id)
-            await pipe.execute()
+        await self.acks.flush()
 
     # -- claiming --------------------------------------------------------------------------
 
     async def _claim_loop(self) -> None:
         outages = 0
         while not self._stopping.is_set():
-            free = self.settings.concurrency - self._running
+            free = self.settings.concurrency - self._running - self.threads.overdue
             if free <= 0:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
@@ -252,7 +210,7 @@ class Worker:
                     self.queue, self.settings, worker_id=self.worker_id, max_jobs=free))
             except Exception as exc:  # an outage, or Redis refusing (LOADING, READONLY...)
                 outages += 1
-                await self._outage("claim", exc, outages)
+                await self.outages.wait("claim", exc, outages)
                 continue
             if outages:
                 log.info("redis reachable again", extra={"worker_id": self.worker_id})
@@ -293,23 +251,11 @@ class Worker:
         finally:
             self._idle_wait = None
 
-    async def _outage(self, operation: str, exc: Exception, count: int) -> None:
-        if count == 1:
-            log.warning("redis call failed; retrying with backoff",
-                        extra={"operation": operation, "error": str(exc),
-                               "worker_id": self.worker_id})
-        if self.metrics is not None:
-            self.metrics.redis_errors.labels(self.queue.name, operation).inc()
-        await asyncio.sleep(OUTAGE_BACKOFF.delay_ms(count) / 1000 + 0.01)
-
     # -- running ---------------------------------------------------------------------------
 
     def _start(self, claimed: ClaimedJob) -> None:
         run = Run(claimed)
-        previous = self._held.get(claimed.id)
-        if previous is not None:  # a newer lease of a job we still run: the old run is lost
-            self._lease_lost(claimed.id, previous.claimed.lease, "re-claimed under a newer lease")
-        self._held[claimed.id] = run
+        self.held.add(run)
         self._running += 1
         run.task = asyncio.create_task(self._execute(run))
         logs.job_event("claimed", claimed, worker_id=self.worker_id, level=logging.DEBUG)
@@ -332,8 +278,7 @@ class Worker:
         if self.metrics is not None:  # every finished run, failed ones included
             self.metrics.observe(claimed.type, time.monotonic() - run.started, None)
         if failure is None:
-            self._acks.append(run)
-            self._ack_ready.set()
+            self.acks.add(run)
             return
         await self._fail(run, handler, failure)
 
@@ -364,14 +309,14 @@ class Worker:
                     outcome = handler.fn(job)
                     await (asyncio.wait_for(outcome, timeout_s) if timeout_s is not None else outcome)
                 else:
-                    await self._call_in_thread(handler, job, timeout_s)
+                    await self.threads.call(handler.fn, job, timeout_s)
         except Retry as exc:
             return Failure(f"Retry: {exc}", delay_s=exc.delay)
         except Permanent as exc:
             return Failure(f"Permanent: {exc}", permanent=True)
         except TimeoutError:
             return Failure(f"timed out after {timeout_s} s (job timeout)")
-        except _ThreadTimeout:
+        except ThreadTimeout:
             return Failure(f"timed out after {timeout_s} s (job timeout); the handler thread could "
                            "not be interrupted and may still be running", keep_lock=True)
         except LeaseLost as exc:
@@ -379,27 +324,6 @@ class Worker:
         except Exception as exc:
             return Failure(f"{type(exc).__name__}: {exc}")
         return None
-
-    async def _call_in_thread(self, handler: Handler, job: Job, timeout_s: float | None) -> None:
-        """Runs a plain ``def`` handler in the pool. A thread cannot be interrupted: on timeout
-        the job is failed at once (retried with backoff, the resource lock left to expire rather
-        than freed under a running thread), while the thread keeps a concurrency slot until it
-        returns, so a stuck handler never has work piling up behind it."""
-        assert self._loop is not None
-        future = self._loop.run_in_executor(self._executor, handler.fn, job)
-        done, _ = await asyncio.wait({future}, timeout=timeout_s)
-        if not done:
-            self._running += 1
-
-            def free_slot(_: asyncio.Future[Any]) -> None:
-                self._running -= 1
-                self._slot_freed.set()
-
-            future.add_done_callback(free_slot)
-            raise _ThreadTimeout
-        result = future.result()
-        if inspect.isawaitable(result):  # a sync wrapper around a coroutine function
-            await (asyncio.wait_for(result, timeout_s) if timeout_s is not None else result)
 
     async def _record_step(self, claimed: ClaimedJob, step: str, value_json: str) -> None:
         await scripts.run_async(self.redis, checkpoint_op(
@@ -412,53 +336,6 @@ class Worker:
 
     # -- settling --------------------------------------------------------------------------
 
-    async def _settle(self, op: scripts.Op[Any], *, budget_s: float | None = None) -> Any:
-        """Runs a settle call, retrying through a Redis outage for up to a lease's length:
-        after that the lease is gone anyway and the reaper owns the job."""
-        budget = self.settings.visibility_timeout_s if budget_s is None else budget_s
-        deadline = time.monotonic() + budget
-        attempt = 0
-        while True:
-            try:
-                return await scripts.run_async(self.redis, op)
-            except (LeaseLost, errors.JobNotFound):
-                raise
-            except Exception as exc:  # outage or a refusing server: retry within the budget
-                attempt += 1
-                if time.monotonic() >= deadline:
-                    raise RedisUnavailable(f"{op.script.name} gave up: {exc}") from exc
-                await self._outage(op.script.name, exc, attempt)
-
-    async def _ack_loop(self) -> None:
-        while True:
-            await self._ack_ready.wait()
-            self._ack_ready.clear()
-            while self._acks:
-                self._acks_idle.clear()
-                batch, self._acks = self._acks, []
-                leases = [(run.claimed.id, run.claimed.lease) for run in batch]
-                ack_ns = time.time_ns()
-                try:
-                    held = await self._settle(ack_op(self.queue, leases, worker_id=self.worker_id))
-                except RedisUnavailable:
-                    # Out of budget: the leases have expired and the reaper redelivers them.
-                    held = [False] * len(batch)
-                acked_ns = time.time_ns()
-                for run, ok in zip(batch, held, strict=True):
-                    if tracing.recording():
-                        tracing.record_span("antre.ack", ack_ns, acked_ns, {
-                            "antre.job.id": run.claimed.id, "antre.batch": len(batch)},
-                            parent=tracing.job_context(run.claimed.headers_json),
-                            error=None if ok else "lease lost")
-                    if self._held.get(run.claimed.id) is run:
-                        del self._held[run.claimed.id]
-                    if ok:
-                        self.succeeded += 1
-                        self._outcome(run, "succeeded")
-                    else:
-                        self._outcome(run, "lease_lost")
-            self._acks_idle.set()
-
     async def _fail(self, run: Run, handler: Handler | None, failure: Failure) -> None:
         claimed = run.claimed
         if failure.permanent:
@@ -470,61 +347,23 @@ class Worker:
             delay_ms = backoff.delay_ms(claimed.attempt)
         error = failure.error
         try:
-            result = await self._settle(fail_op(self.queue, (claimed.id, claimed.lease),
-                                                error=error, retry_delay_ms=delay_ms,
-                                                worker_id=self.worker_id,
-                                                keep_lock=failure.keep_lock))
+            result = await self.outages.settle(fail_op(
+                self.queue, run.lease, error=error, retry_delay_ms=delay_ms,
+                worker_id=self.worker_id, keep_lock=failure.keep_lock),
+                budget_s=self.settings.visibility_timeout_s)
         except (LeaseLost, RedisUnavailable):
-            self._outcome(run, "lease_lost", error=error)
+            self.outcomes.record(run, "lease_lost", error=error)
         else:
             outcome = "retried" if result.outcome == "retrying" else "dead"
-            self._outcome(run, outcome, error=error, level=logging.WARNING)
+            self.outcomes.record(run, outcome, error=error, level=logging.WARNING)
         finally:
-            if self._held.get(claimed.id) is run:
-                del self._held[claimed.id]
+            self.held.forget(run)
 
-    def _outcome(self, run: Run, outcome: str, *, error: str | None = None,
-                 level: int = logging.INFO) -> None:
-        claimed = run.claimed
-        if self.metrics is not None:
-            self.metrics.outcome(claimed.type, outcome)
-            if outcome == "succeeded":
-                # Wall clock against the Redis clock that stamped created_at: close enough for
-                # a histogram whose smallest bucket is 5 ms.
-                latency = max(time.time() - claimed.created_at_ms / 1000, 0.0)
-                self.metrics.latency.labels(self.queue.name, claimed.type).observe(latency)
-        event = {"succeeded": "acked", "retried": "retrying"}.get(outcome, outcome)
-        if outcome == "lease_lost":
-            level = logging.WARNING
-        logs.job_event(event, claimed, worker_id=self.worker_id, level=level,
-                       duration_ms=round((time.monotonic() - run.started) * 1000, 3),
-                       **({"error": error} if error else {}))
-
-    # -- heartbeat callbacks ---------------------------------------------------------------
-
-    def _held_leases(self) -> list[Lease]:
-        return [(job_id, run.claimed.lease) for job_id, run in self._held.items()
-                if not run.lost and not run.released]
-
-    def _lease_lost(self, job_id: str, lease: int,
-                    reason: str = "heartbeat found the lease gone") -> None:
-        run = self._held.get(job_id)
-        # Only the run holding that very lease; a settling run's ack or fail call is in flight
-        # and its reply decides the outcome.
-        if (run is None or run.claimed.lease != lease or run.lost or run.released
-                or run.settling):
-            return
-        run.lost = True
-        # An async handler stops at its next await. A thread cannot be stopped: its task keeps
-        # the slot until the thread returns, and what it returns is discarded.
-        if run.cancellable and run.task is not None and not run.task.done():
-            run.task.cancel()
-        del self._held[job_id]
-        self._outcome(run, "lease_lost", error=reason)
+    # -- registry --------------------------------------------------------------------------
 
     def _registry_entry(self) -> dict[str, Any]:
         return {
             "worker_id": self.worker_id, "pod": self.pod, "host": socket.gethostname(),
-            "pid": os.getpid(), "queue": self.queue.name, "in_flight": len(self._held),
+            "pid": os.getpid(), "queue": self.queue.name, "in_flight": len(self.held),
             "concurrency": self.settings.concurrency, "started_at_ms": self.started_at_ms,
         }

@@ -1,11 +1,11 @@
-"""Reading a queue's depth and its live workers (read-only scripts, one round trip each).
+"""Depth: everything an autoscaler or a dashboard needs about a queue, in one read-only round
+trip (:file:`depth.lua`).
 
 The operator's autoscaler and the inspection tools read through here, never by key names.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,53 +52,3 @@ def depth_op(settings: QueueSettings) -> Op[Depth]:
 
     return Op(load("depth"), [k.ready, k.processing, k.retry, k.dead, k.stats, k.workers],
               [k.job_prefix], parse)
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerEntry:
-    worker_id: str
-    pod: str
-    host: str
-    pid: int
-    in_flight: int
-    concurrency: int
-    last_beat_ms: int
-    started_at_ms: int
-    #: Server clock (ms) when the registry was read, to compute beat ages.
-    read_at_ms: int
-
-    @property
-    def beat_age_s(self) -> float:
-        return max(self.read_at_ms - self.last_beat_ms, 0) / 1000
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerRegistry:
-    entries: list[WorkerEntry]
-    #: Ids of live entries that cannot be read (bad JSON, not an object, wrong field types).
-    unreadable: list[str]
-
-
-def workers_op(settings: QueueSettings) -> Op[WorkerRegistry]:
-    k = settings.keys
-
-    def parse(reply: list[Any]) -> WorkerRegistry:
-        now = int(reply[0])
-        entries, unreadable = [], []
-        for i in range(1, len(reply), 3):
-            # One unreadable entry (another version, a hand edit) must not hide the others.
-            try:
-                raw = json.loads(reply[i + 2])
-                entries.append(WorkerEntry(
-                    worker_id=str(reply[i]), pod=str(raw.get("pod", "")),
-                    host=str(raw.get("host", "")), pid=int(raw.get("pid", 0)),
-                    in_flight=int(raw.get("in_flight", 0)),
-                    concurrency=int(raw.get("concurrency", 0)),
-                    last_beat_ms=int(float(reply[i + 1])),
-                    started_at_ms=int(raw.get("started_at_ms", 0)), read_at_ms=now,
-                ))
-            except (ValueError, TypeError, AttributeError):
-                unreadable.append(str(reply[i]))
-        return WorkerRegistry(entries=entries, unreadable=unreadable)
-
-    return Op(load("workers"), [k.workers], [k.worker_prefix], parse)

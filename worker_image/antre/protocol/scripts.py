@@ -21,6 +21,18 @@ from antre import errors
 T = TypeVar("T")
 ScriptArg = str | int | float
 
+Lease = tuple[str, int]
+"""(job id, lease token): what every settle call carries as its fence."""
+
+
+def lease_args(leases: Sequence[Lease]) -> list[ScriptArg]:
+    """The flat ``id, token, id, token ...`` tail of the batched scripts' ARGV."""
+    args: list[ScriptArg] = []
+    for job_id, token in leases:
+        args.append(job_id)
+        args.append(token)
+    return args
+
 
 @dataclass(frozen=True, slots=True)
 class Script:

@@ -1,4 +1,5 @@
-"""The heartbeat: extend held leases and refresh the worker's registry entry in one call."""
+"""Extend lease: the heartbeat's script call (:file:`extend_lease.lua`). Extends the leases (and
+resource locks) a worker holds and refreshes its registry entry, in one round trip."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from antre.protocol.scripts import Op, ScriptArg, load
-from antre.protocol.settle import Lease
+from antre.protocol.scripts import Lease, Op, ScriptArg, lease_args, load
 from antre.settings import QueueSettings
 
 
@@ -18,14 +18,12 @@ class ExtendResult:
     held: list[bool]
 
 
-def extend_op(settings: QueueSettings, leases: Sequence[Lease], *, lease_ms: int, worker_id: str,
-              registry_entry_json: str, registry_ttl_ms: int) -> Op[ExtendResult]:
+def extend_lease_op(settings: QueueSettings, leases: Sequence[Lease], *, lease_ms: int,
+                    worker_id: str, registry_entry_json: str,
+                    registry_ttl_ms: int) -> Op[ExtendResult]:
     k = settings.keys
     args: list[ScriptArg] = [lease_ms, worker_id, registry_entry_json, registry_ttl_ms,
-                             k.job_prefix, k.lock_prefix]
-    for job_id, token in leases:
-        args.append(job_id)
-        args.append(token)
+                             k.job_prefix, k.lock_prefix, *lease_args(leases)]
 
     def parse(reply: list[Any]) -> ExtendResult:
         return ExtendResult(now_ms=int(reply[0]), held=[bool(int(x)) for x in reply[1:]])

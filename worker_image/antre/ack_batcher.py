@@ -1,0 +1,83 @@
+"""The ack batcher: acknowledges finished runs in batches, one script call per batch (asynq's
+syncer, one loop per module). Completions that arrive while an ack is in flight ride on the
+next one, so a busy worker makes far fewer round trips than it runs jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from antre import errors, tracing
+from antre.outages import Outages
+from antre.outcomes import Outcomes
+from antre.protocol.ack import ack_op
+from antre.runs import Run
+from antre.settings import QueueSettings
+
+
+class AckBatcher:
+    def __init__(self, queue: QueueSettings, *, worker_id: str, outages: Outages,
+                 outcomes: Outcomes, budget_s: float,
+                 on_settled: Callable[[Run], None]) -> None:
+        self.queue = queue
+        self.worker_id = worker_id
+        self.outages = outages
+        self.outcomes = outcomes
+        #: How long one ack call is retried through an outage (a lease's length).
+        self.budget_s = budget_s
+        #: Called for each run of a batch once its ack call returned, whatever the answer.
+        self.on_settled = on_settled
+        self._pending: list[Run] = []
+        self._ready = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def add(self, run: Run) -> None:
+        """Queues a run whose handler succeeded; the loop acks it with the next batch."""
+        self._pending.append(run)
+        self._ready.set()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def step(self) -> list[bool]:
+        """Acks every run queued now in one call; returns, per run, whether its lease held."""
+        batch, self._pending = self._pending, []
+        if not batch:
+            return []
+        ack_ns = time.time_ns()
+        try:
+            held = await self.outages.settle(
+                ack_op(self.queue, [run.lease for run in batch], worker_id=self.worker_id),
+                budget_s=self.budget_s)
+        except errors.RedisUnavailable:
+            # Out of budget: the leases have expired and the reaper redelivers them.
+            held = [False] * len(batch)
+        acked_ns = time.time_ns()
+        for run, ok in zip(batch, held, strict=True):
+            if tracing.recording():
+                tracing.record_span("antre.ack", ack_ns, acked_ns, {
+                    "antre.job.id": run.claimed.id, "antre.batch": len(batch)},
+                    parent=tracing.job_context(run.claimed.headers_json),
+                    error=None if ok else "lease lost")
+            self.on_settled(run)
+            self.outcomes.record(run, "succeeded" if ok else "lease_lost")
+        return held
+
+    async def run(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            while self._pending:
+                self._idle.clear()
+                await self.step()
+            self._idle.set()
+
+    async def flush(self, budget_s: float = 10.0) -> None:
+        """Waits, for up to ``budget_s``, until every queued ack has been sent (shutdown)."""
+        deadline = time.monotonic() + budget_s
+        while (self._pending or not self._idle.is_set()) and time.monotonic() < deadline:
+            self._ready.set()
+            await asyncio.sleep(0.01)

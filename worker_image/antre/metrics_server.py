@@ -1,0 +1,51 @@
+"""The HTTP endpoint of a process's Prometheus metrics: ``/metrics`` from a registry and, when
+given a health check, ``/healthz`` for the liveness probe.
+
+aiohttp (a core dependency; the API is served with it too) and prometheus_client's aiohttp
+handler, which also answers OpenMetrics and gzip when a scraper asks. The worker
+(``--metrics-port``) and the operator serve their metrics through here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.aiohttp import make_aiohttp_handler
+
+
+@dataclass
+class MetricsServer:
+    runner: web.AppRunner
+    #: The port actually bound (the one asked for, or the one the OS chose for port 0).
+    port: int
+
+    async def cleanup(self) -> None:
+        await self.runner.cleanup()
+
+
+async def serve_metrics(registry: CollectorRegistry, *, port: int, host: str = "0.0.0.0",
+                        healthy: Callable[[], bool] | None = None) -> MetricsServer:
+    """Starts serving on the running event loop; ``cleanup()`` stops it."""
+    app = web.Application()
+    app.router.add_get("/metrics", make_aiohttp_handler(registry))
+    if healthy is not None:
+        check = healthy
+
+        async def healthz(_: web.Request) -> web.Response:
+            ok = check()
+            return web.Response(status=200 if ok else 503, text="ok\n" if ok else "unhealthy\n")
+
+        app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    bound = runner.addresses[0][1] if runner.addresses else port
+    return MetricsServer(runner=runner, port=int(bound))

@@ -1,0 +1,53 @@
+"""What the worker's parts share about one leased job: :class:`Run`, from claim until its settle
+call returns, and :class:`Failure`, why a run failed and how to settle it.
+
+The worker creates runs; the heartbeat, the ack batcher and the outcome reports read them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from antre.jobs import ClaimedJob
+from antre.protocol.scripts import Lease
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why a run failed, and how to settle it."""
+
+    error: str
+    #: Retry after this many seconds; None uses the backoff.
+    delay_s: float | None = None
+    #: Straight to dead: retrying is useless.
+    permanent: bool = False
+    #: Leave the resource lock to expire instead of freeing it (the run may still be going).
+    keep_lock: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class Run:
+    """One leased job in this process, from claim until its settle call returns."""
+
+    claimed: ClaimedJob
+    task: asyncio.Task[None] | None = None
+    #: Monotonic clock at the claim.
+    started: float = field(default_factory=time.monotonic)
+    #: The heartbeat found the lease gone: the result must be discarded.
+    lost: bool = False
+    #: Shutdown gave the job back: the result must be discarded.
+    released: bool = False
+    #: The handler returned; the ack or fail call now reports the truth about the lease.
+    settling: bool = False
+    #: An async handler can be cancelled; a thread cannot, so its slot stays busy until it returns.
+    cancellable: bool = False
+
+    @property
+    def lease(self) -> Lease:
+        return (self.claimed.id, self.claimed.lease)
+
+    @property
+    def elapsed_ms(self) -> float:
+        return round((time.monotonic() - self.started) * 1000, 3)
