@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 FORBIDDEN = ("kopf", "kubernetes", "antre_operator")
-MODULES = ["antre", "antre.cli", "antre.worker", "antre.demo", "antre.client", "antre.metrics_server"]
+MODULES = ["antre", "antre.cli", "antre.worker", "antre.commands.demo", "antre.client",
+           "antre.metrics_server"]
 
 
 def test_antre_does_not_import_operator_side_packages():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from antre import api, cli
+from antre.commands import api as api_command
 
 
 @pytest.mark.parametrize("variable", ["ANTRE_API_PORT", "ANTRE_API_MAX_BODY_BYTES"])
@@ -34,4 +35,4 @@ def test_api_env_defaults_are_integers(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_token_from_env_is_stripped(monkeypatch: pytest.MonkeyPatch, value: str,
                                     token: str | None) -> None:
     monkeypatch.setenv("ANTRE_API_TOKEN", value)
-    assert api.token_from_env() == token
+    assert api_command.token_from_env() == token

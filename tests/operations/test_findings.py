@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from antre import inspection
-from antre.inspection import (
+from antre import findings
+from antre.findings import (
     DeadJob,
     ExpiredLease,
     OverdueRetry,
@@ -49,19 +49,19 @@ def snapshot(**fields: object) -> Snapshot:
 
 
 def codes(snap: Snapshot) -> dict[str, Severity]:
-    return {f.code: f.severity for f in inspection.diagnose(snap)}
+    return {f.code: f.severity for f in findings.diagnose(snap)}
 
 
 def test_all_clear() -> None:
     snap = snapshot(after=depth(ready=3, processing=2, oldest_ready_age_s=0.5))
-    assert inspection.diagnose(snap) == []
-    assert inspection.exit_code([]) == 0
+    assert findings.diagnose(snap) == []
+    assert findings.exit_code([]) == 0
 
 
 def test_backlog_without_workers_is_critical() -> None:
     snap = snapshot(after=depth(ready=5, due=2), workers=[])
     assert codes(snap) == {"no_workers": Severity.CRITICAL}
-    [finding] = inspection.diagnose(snap)
+    [finding] = findings.diagnose(snap)
     assert "7 job(s)" in finding.summary and finding.action
 
 
@@ -85,7 +85,7 @@ def test_overdue_retries_mean_no_scheduler() -> None:
                          last_error="TimeoutError")
     snap = snapshot(after=depth(scheduled=1, due=1), overdue_retries=[retry], overdue_total=1)
     assert codes(snap) == {"overdue_retries": Severity.CRITICAL}
-    assert "antre reaper --once" in inspection.diagnose(snap)[0].action
+    assert "antre reaper --once" in findings.diagnose(snap)[0].action
 
 
 def dead(n: int, error: str, *, age_s: float) -> list[DeadJob]:
@@ -96,7 +96,7 @@ def dead(n: int, error: str, *, age_s: float) -> list[DeadJob]:
 def test_dead_letter_burst_by_recent_deaths() -> None:
     jobs = dead(12, "ValueError: bad address", age_s=10) + dead(2, "KeyError: x", age_s=10)
     snap = snapshot(after=depth(dead=14), dead_jobs=jobs)
-    [finding] = inspection.diagnose(snap)
+    [finding] = findings.diagnose(snap)
     assert (finding.code, finding.severity) == ("dead_letter_burst", Severity.CRITICAL)
     assert "14 job(s)" in finding.summary and "(12x): ValueError: bad address" in finding.summary
 
@@ -110,8 +110,8 @@ def test_dead_letter_burst_by_growth_between_samples() -> None:
 def test_old_dead_letters_are_a_warning() -> None:
     snap = snapshot(after=depth(dead=3), dead_jobs=dead(3, "E", age_s=3600))
     assert codes(snap) == {"dead_letters": Severity.WARNING}
-    assert inspection.exit_code(inspection.diagnose(snap)) == 1
-    assert inspection.exit_code(inspection.diagnose(snap), fail_on=Severity.CRITICAL) == 0
+    assert findings.exit_code(findings.diagnose(snap)) == 1
+    assert findings.exit_code(findings.diagnose(snap), fail_on=Severity.CRITICAL) == 0
 
 
 def test_old_backlog_is_a_warning() -> None:
@@ -122,8 +122,8 @@ def test_old_backlog_is_a_warning() -> None:
 def test_growing_backlog_is_information() -> None:
     snap = snapshot(before=depth(ready=10), after=depth(ready=40, now_ms=NOW + 2000))
     assert codes(snap) == {"backlog_growing": Severity.INFO}
-    assert inspection.exit_code(inspection.diagnose(snap)) == 0
-    change = inspection.trend(snap)
+    assert findings.exit_code(findings.diagnose(snap)) == 0
+    change = findings.trend(snap)
     assert (change.ready_delta, change.interval_s, change.ready_rate_per_s) == (30, 2.0, 15.0)
 
 
@@ -149,14 +149,14 @@ def test_eviction_policy() -> None:
 
 def test_findings_are_sorted_most_severe_first() -> None:
     snap = snapshot(after=depth(ready=1, dead=1), dead_jobs=dead(1, "E", age_s=3600), workers=[])
-    assert [f.severity for f in inspection.diagnose(snap)] == [Severity.CRITICAL, Severity.WARNING]
-    assert inspection.exit_code(inspection.diagnose(snap)) == 2
+    assert [f.severity for f in findings.diagnose(snap)] == [Severity.CRITICAL, Severity.WARNING]
+    assert findings.exit_code(findings.diagnose(snap)) == 2
 
 
 def test_dead_groups_biggest_first_with_types_and_newest() -> None:
     jobs = dead(1, "B", age_s=1) + dead(3, "A", age_s=1)
     jobs[2] = dataclasses.replace(jobs[2], job_type="charge")
-    groups = inspection.group_dead(snapshot(dead_jobs=jobs))
+    groups = findings.group_dead(snapshot(dead_jobs=jobs))
     assert [(g.last_error, g.count, g.job_types, g.newest_id) for g in groups] == [
         ("A", 3, ("charge", "send_email"), "A-0"), ("B", 1, ("send_email",), "B-0")]
 
@@ -167,7 +167,7 @@ def test_render_is_one_screen_with_every_section() -> None:
     snap = snapshot(after=depth(ready=2, processing=1, expired_leases=1, dead=7),
                     expired_leases=[lease], dead_jobs=dead(7, "ValueError: bad", age_s=3600),
                     locks=[ResourceLock("acct-1", "j1", 12.5, True)])
-    text = inspection.render(snap, inspection.diagnose(snap), rows=3)
+    text = findings.render(snap, findings.diagnose(snap), rows=3)
     for expected in ("queue q", "ready 2", "expired leases (1)", "j1  resize  worker=gone",
                      "expired 61.0s ago", "overdue retries", "none", "dead by last error (7)",
                      "7  ValueError: bad  [send_email]", "resource locks (1)", "acct-1  job=j1  ttl 12.5s",

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import pytest
-from antre import Queue, cli, inspect_cmd, inspection
+from antre import Queue, cli, findings, snapshots
 
 from operations import queue_states
 
@@ -112,12 +112,12 @@ def test_trend_compares_two_samples(queue: Queue) -> None:
     queue_states.register_worker(queue)
     before = queue.stats()
     queue.enqueue_many([("t", i) for i in range(5)])
-    snapshot = inspect_cmd.read_snapshot(queue, before=before)
-    change = inspection.trend(snapshot)
+    snapshot = snapshots.read_snapshot(queue, before=before)
+    change = findings.trend(snapshot)
     assert change.ready_delta == 5 and change.backlog_delta == 5
     # Reading with a gap takes the first sample itself and waits through the injected sleep.
     waited: list[float] = []
-    inspect_cmd.read_snapshot(queue, sample_gap_s=0.5, sleep=waited.append)
+    snapshots.read_snapshot(queue, sample_gap_s=0.5, sleep=waited.append)
     assert waited == [0.5]
 
 

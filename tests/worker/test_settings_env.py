@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from antre import cli, errors, settings
+from antre.commands import worker as worker_command
 
 
 def test_queue_settings_from_env() -> None:
@@ -35,7 +36,7 @@ def test_worker_flags_reach_the_worker_settings() -> None:
         "worker", "--concurrency", "8", "--visibility-timeout", "12", "--job-timeout", "5",
         "--grace-period", "3", "--reaper-interval", "0.5", "--lock-defer", "0.1",
         "--lock-max-deferrals", "7", "--backoff-base", "0.5", "--backoff-max", "9"])
-    worker = cli.worker_settings_from_args(args)
+    worker = worker_command.worker_settings_from_args(args)
     assert (worker.concurrency, worker.visibility_timeout_s, worker.job_timeout_s,
             worker.grace_period_s, worker.reaper_interval_s, worker.lock_defer_s,
             worker.lock_max_deferrals, worker.backoff.base_s, worker.backoff.max_s) == (

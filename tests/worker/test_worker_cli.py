@@ -10,7 +10,8 @@ import sys
 
 import pytest
 from antre import Queue
-from antre.cli import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE, main
+from antre.cli import main
+from antre.commands import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE
 from antre.protocol import scripts
 from antre.protocol.ack import ack_op
 from antre.protocol.claim import claim_op

@@ -13,13 +13,11 @@ An aiohttp application over :class:`antre.AsyncQueue`; the OpenAPI document it s
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hmac
 import json
 import logging
 import math
-import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -31,7 +29,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from antre import __version__, cli, connection, errors, keys, logs, openapi, settings, tracing
+from antre import __version__, errors, keys, openapi, settings, tracing
 from antre.client import AsyncQueue
 from antre.depth_metrics import DepthCollector
 from antre.protocol.depth import Depth
@@ -498,50 +496,3 @@ def create_app(redis_client: Any, *, queue_template: settings.QueueSettings | No
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi_document)
     return app
-
-
-# -- command -------------------------------------------------------------------------------------
-
-def _api_args(parser: argparse.ArgumentParser) -> None:
-    env = os.environ
-    # String defaults: argparse converts them only when `api` runs, so a bad value in the env
-    # is a usage error of `antre api`, not a traceback of every other command.
-    parser.add_argument("--port", type=int, default=env.get("ANTRE_API_PORT") or str(DEFAULT_PORT),
-                        help="listen port (env ANTRE_API_PORT; default %(default)s)")
-    parser.add_argument("--host", default=env.get("ANTRE_API_HOST", "0.0.0.0"),
-                        help="listen address (env ANTRE_API_HOST; default %(default)s)")
-    parser.add_argument("--max-body-bytes", type=int,
-                        default=env.get("ANTRE_API_MAX_BODY_BYTES") or str(DEFAULT_MAX_BODY_BYTES),
-                        help="largest request body (env ANTRE_API_MAX_BODY_BYTES; default "
-                             "%(default)s)")
-    parser.add_argument("--log-level", default=env.get("ANTRE_LOG_LEVEL", "INFO"))
-
-
-def token_from_env() -> str | None:
-    """ANTRE_API_TOKEN without surrounding whitespace (a Secret made from a file often ends in a
-    newline, which no client sends back), or None when unset or blank."""
-    return (os.environ.get("ANTRE_API_TOKEN") or "").strip() or None
-
-
-@cli.register("api", "serve the HTTP producer API (token from env ANTRE_API_TOKEN)")(_api_args)
-def run_api(args: argparse.Namespace) -> int:
-    logs.configure(args.log_level)
-    token = token_from_env()
-    if token is None:
-        log.warning("ANTRE_API_TOKEN is not set: /v1/ is served without authentication")
-    if not 0 <= args.port <= 65535:
-        raise errors.InvalidArgument(f"--port: got {args.port}; must be from 0 to 65535")
-    api_settings = ApiSettings(token=token, max_body_bytes=args.max_body_bytes,
-                               metrics_queues=(args.queue,))
-    queue_template = settings.queue_settings_from_env(name=args.queue, prefix=args.prefix)
-    redis_client = connection.connect_async(args.redis_url)
-    app = create_app(redis_client, queue_template=queue_template, api_settings=api_settings)
-
-    async def close_redis(_app: web.Application) -> None:
-        await redis_client.aclose()
-
-    app.on_cleanup.append(close_redis)
-    log.info("api listening", extra={"host": args.host, "port": args.port,
-                                     "redis": connection.redact(args.redis_url)})
-    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
-    return 0

@@ -100,3 +100,30 @@ def connect_async(url: str, **overrides: Any) -> Any:
         return redis.asyncio.Redis.from_url(real_url, **_options(**overrides))
     except (ValueError, redis.RedisError) as exc:
         raise errors.InvalidArgument(f"redis url {redact(url)!r}: {exc}") from None
+
+
+def describe_unreachable(url: str, exc: BaseException) -> str:
+    """One line for a failed connection, with a hint when the cause is likely a TLS mismatch
+    (a TLS client stalls on a plain-text port; a plain client is cut off by a TLS port)."""
+    reason = str(exc).removeprefix("Redis is unreachable: ")
+    message = f"Redis at {redact(url)} is unreachable: {reason}"
+    scheme = url.split("://", 1)[0].lower()
+    lowered = reason.lower()
+    if scheme.startswith("rediss") and ("timeout" in lowered or "timed out" in lowered):
+        message += ("; rediss:// speaks TLS and gets no TLS answer: if the server is plain text, "
+                    "use redis://")
+    elif scheme.startswith("rediss") and "certificate" in lowered:
+        message += ("; the server's certificate is not trusted for this host name: give the CA "
+                    "with ?ssl_ca_certs=/path/ca.pem, and connect with a name the certificate lists")
+    elif scheme in ("redis", "redis+cluster") and ("closed" in lowered or "reset" in lowered):
+        message += "; if the server expects TLS, use rediss://"
+    return message
+
+
+def describe_cluster_error(url: str, exc: BaseException) -> str:
+    """One line for redis-py's cluster errors (a cluster URL pointed at a single server...)."""
+    reason = str(exc)
+    if "cluster mode is not enabled" in reason.lower():
+        return (f"Redis at {redact(url)} is not a Redis Cluster (cluster mode is not enabled on "
+                "that node): use redis:// or rediss:// for a single server")
+    return f"Redis Cluster at {redact(url)}: {reason}"

@@ -10,6 +10,7 @@ import importlib
 import inspect
 import os
 import sys
+import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -85,8 +86,10 @@ def handler(name: str | None = None, *, backoff: Backoff | None = None,
 
 
 def import_modules(modules: Iterable[str]) -> None:
-    """Imports the handler modules; a missing or broken one is reported by name. The current
-    directory is importable, as with ``python -m`` (Celery and RQ workers do the same)."""
+    """Imports the handler modules; a missing or broken one is reported by name, and a failure
+    inside one (a missing dependency, a syntax error, an exception at import time) by the file
+    and line where it happened. The current directory is importable, as with ``python -m``
+    (Celery and RQ workers do the same)."""
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     for module in modules:
@@ -96,6 +99,24 @@ def import_modules(modules: Iterable[str]) -> None:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:
+            if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+                raise errors.InvalidArgument(
+                    f"handlers module {module!r}: not importable ({exc}); check --handlers and "
+                    "PYTHONPATH") from None
             raise errors.InvalidArgument(
-                f"handlers module {module!r}: not importable ({exc}); check --handlers and PYTHONPATH"
-            ) from None
+                f"handlers module {module!r}: its import of {exc.name!r} failed at "
+                f"{_failure_site(exc)}: {exc}") from None
+        except Exception as exc:
+            raise errors.InvalidArgument(
+                f"handlers module {module!r}: importing it failed at {_failure_site(exc)}: "
+                f"{type(exc).__name__}: {exc}") from None
+
+
+def _failure_site(exc: BaseException) -> str:
+    """``file:line`` of the statement that raised: the syntax error's own position, else the
+    innermost frame outside the import machinery."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}"
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__)
+              if not frame.filename.startswith("<frozen ") and frame.filename != __file__]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "an unknown place"

@@ -2,7 +2,9 @@
 
 Lifecycle events go to the ``antre.lifecycle`` logger: ``claimed`` at DEBUG (one per run is a
 lot of lines at thousands of jobs per second), every outcome (``acked``, ``retrying``, ``dead``,
-``lease_lost``, ``released``, ``duplicate``) at INFO, failures at WARNING.
+``lease_lost``, ``released``, ``duplicate``) at INFO, failures at WARNING. The level set by
+``--log-level`` / ``ANTRE_LOG_LEVEL`` never hides the few lines of a process's own life (started,
+stopping on a signal, stopped, Redis reachable again): they are what an operator reads first.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 import logging
 import sys
 import time
-from typing import Any
+from typing import Any, Final
 
 from antre.jobs import ClaimedJob
 
@@ -37,12 +39,19 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str, separators=(",", ":"))
 
 
+#: Loggers of a process's own life (the worker's, the API's): at INFO whatever the level.
+PROCESS_LOGGERS: Final = ("antre.worker", "antre.api")
+
+
 def configure(level: str = "INFO") -> None:
+    """JSON lines on stderr at ``level``; the process loggers stay at INFO or below."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    for name in PROCESS_LOGGERS:
+        logging.getLogger(name).setLevel(min(root.level, logging.INFO))
 
 
 def job_event(event: str, job: ClaimedJob, *, worker_id: str, level: int = logging.INFO,

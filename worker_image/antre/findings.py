@@ -1,7 +1,7 @@
 """The debugging checklist of a queue, as data: what ``antre inspect`` shows, what ``antre doctor``
 concludes, what ``antre top`` refreshes.
 
-Pure: :class:`Snapshot` holds what was read from Redis (by :mod:`antre.inspect_cmd`, the only
+Pure: :class:`Snapshot` holds what was read from Redis (by :mod:`antre.snapshots`, the only
 I/O side), and everything here derives from it: the trend between two depth samples, the
 :class:`Finding` list with a suggested action each, the one-screen text rendering and the exit
 code. The tests build snapshots by hand for the decisions and read real ones for the I/O.

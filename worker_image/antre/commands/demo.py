@@ -1,6 +1,7 @@
-"""``antre demo``: the quick start. Starts a throwaway redis-server when no Redis URL is
-given, enqueues sample jobs (a few fail and are retried, one is dead-lettered), works them
-off with a real worker while printing progress, then prints the final stats."""
+"""``antre demo``: the quick start. Starts a throwaway redis-server unless ``--redis-url`` is
+given, enqueues sample jobs for :mod:`antre.example_handlers` (a few fail and are retried, two
+are dead-lettered), works them off with a real worker while printing progress, then prints the
+final stats. ``ANTRE_REDIS_URL`` is ignored: a demo never writes to a Redis by accident."""
 
 from __future__ import annotations
 
@@ -15,29 +16,13 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from typing import Final
 
 from antre import connection, errors, handlers, logs
 from antre.backoff import Backoff
-from antre.cli import register
 from antre.client import Queue
-from antre.errors import Permanent, Retry
-from antre.jobs import Job
+from antre.commands import Command
 from antre.settings import QueueSettings, WorkerSettings
-
-demo_handlers = handlers.HandlerRegistry()
-
-
-@demo_handlers.handler("send_email")
-async def send_email(job: Job) -> None:
-    await asyncio.sleep(0.001)  # the network call a real handler would make
-    if job.payload.get("flaky") and job.attempt < 2:
-        raise Retry("SMTP server busy", delay=0.2)
-
-
-@demo_handlers.handler("refresh_report")
-def refresh_report(job: Job) -> None:
-    if job.payload.get("broken"):
-        raise Permanent(f"report {job.payload['report']} no longer exists")
 
 
 def _redis_binary() -> str:
@@ -73,7 +58,7 @@ def throwaway_redis() -> Iterator[str]:
                 if time.monotonic() > deadline or process.poll() is not None:
                     raise errors.RedisUnavailable("the throwaway redis-server did not start") from None
                 time.sleep(0.02)
-        print(f"started a throwaway redis-server at {url}")
+        print(f"started a throwaway redis-server at {url} (stopped when the demo ends)")
         yield url
     finally:
         process.terminate()
@@ -81,17 +66,24 @@ def throwaway_redis() -> Iterator[str]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _demo_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--jobs", type=int, default=2000, help="sample jobs to enqueue")
-    parser.set_defaults(redis_url=os.environ.get("ANTRE_REDIS_URL"), queue="demo")
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--redis-url",
+                        help="Redis to use (default: a throwaway redis-server on a free port, "
+                             "stopped at the end; ANTRE_REDIS_URL is ignored)")
+    parser.add_argument("--queue", default="demo", help="queue name (default %(default)s)")
+    parser.add_argument("--jobs", type=int, default=2000,
+                        help="sample jobs to enqueue (default %(default)s)")
 
 
-@register("demo", "quick start: enqueue sample jobs and work them off")(_demo_args)
-def run_demo(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise errors.InvalidArgument(f"--jobs: got {args.jobs}; must be >= 1")
     logs.configure("ERROR")  # the progress lines tell the story; retries would flood it
+    if os.environ.get("ANTRE_REDIS_URL") and not args.redis_url:
+        print("ANTRE_REDIS_URL is set but not used: the demo runs on a throwaway Redis unless "
+              "given --redis-url")
     if args.redis_url:
+        print(f"using the Redis at {connection.redact(args.redis_url)} (--redis-url)")
         return _demo(args.redis_url, args.queue, args.jobs)
     with throwaway_redis() as url:
         return _demo(url, args.queue, args.jobs)
@@ -99,6 +91,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def _demo(url: str, queue_name: str, count: int) -> int:
     from antre.worker import Worker
+    handlers.import_modules(["antre.example_handlers"])
     queue = Queue(connection.connect(url), settings=QueueSettings(name=queue_name, max_attempts=3))
     rng = random.Random(7)
     jobs = []
@@ -120,7 +113,7 @@ def _demo(url: str, queue_name: str, count: int) -> int:
                         WorkerSettings(concurrency=32, backoff=Backoff(base_s=0.05, max_s=0.5),
                                        lock_defer_s=0.02,
                                        reaper_interval_s=0.5),
-                        demo_handlers)
+                        handlers.default_registry)
         task = asyncio.create_task(worker.run())
         begun = time.monotonic()
         while True:
@@ -146,3 +139,7 @@ def _demo(url: str, queue_name: str, count: int) -> int:
     for job in queue.dead_letters(limit=5):
         print(f"dead: {job.id} {job.type}: {job.last_error}")
     return 0
+
+
+COMMAND: Final = Command("demo", "quick start: enqueue sample jobs and work them off", configure,
+                         run, redis_args=False)

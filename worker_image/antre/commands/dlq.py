@@ -1,0 +1,81 @@
+"""``antre dlq``: list, replay or purge dead-lettered jobs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Final
+
+from antre import errors
+from antre.client import Queue
+from antre.commands import EXIT_NOT_FOUND, Command, Unavailable, json_flag, open_queue, print_json
+
+#: Dead jobs replayed or purged per script call with --all.
+DLQ_BATCH: Final = 1000
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["list", "replay", "purge"],
+                        help="list the newest dead jobs, or replay or purge some")
+    parser.add_argument("job_ids", nargs="*", help="ids to replay or purge")
+    parser.add_argument("--all", action="store_true",
+                        help="replay or purge every dead job (needed when no ids are given)")
+    parser.add_argument("--limit", type=int, default=100,
+                        help="jobs listed (default %(default)s)")
+    json_flag(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise errors.InvalidArgument(f"--limit: got {args.limit}; must be >= 1")
+    if args.action != "list" and bool(args.job_ids) == args.all:
+        raise errors.InvalidArgument("give job ids, or --all for every dead job (not both)")
+    queue = open_queue(args)
+    if args.action == "list":
+        jobs = queue.dead_letters(limit=args.limit)
+        if args.json:
+            print_json([job.to_dict() for job in jobs])
+        else:
+            for job in jobs:
+                print(f"{job.id}  {job.type:<20} attempts={job.attempt}  {job.last_error or ''}")
+            print(f"{len(jobs)} dead job(s) shown", file=sys.stderr)
+        return 0
+    verb = "replayed" if args.action == "replay" else "purged"
+    if args.all:
+        print(f"{verb} {_all(queue, args.action)} job(s)")
+        return 0
+    ids = list(dict.fromkeys(args.job_ids))
+    if args.action == "replay":
+        done = set(queue.replay(ids, limit=len(ids)))
+    else:
+        done = _dead_among(queue, ids)
+        queue.purge(sorted(done), limit=len(ids))
+    print(f"{verb} {len(done)} job(s)")
+    missing = [job_id for job_id in ids if job_id not in done]
+    if missing:
+        raise Unavailable(f"not in the dead-letter list (unknown, expired, or not dead): "
+                          f"{', '.join(missing)}", exit_code=EXIT_NOT_FOUND)
+    return 0
+
+
+def _dead_among(queue: Queue, ids: list[str]) -> set[str]:
+    pipe = queue.redis.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.hget(queue.keys.job(job_id), "status")
+    return {job_id for job_id, status in zip(ids, pipe.execute(), strict=True) if status == "dead"}
+
+
+def _all(queue: Queue, action: str) -> int:
+    """Replays or purges in batches, so Redis is never blocked for long; at most the jobs dead
+    at the start, so replayed jobs that die again meanwhile are not replayed in a loop."""
+    done, wanted = 0, queue.stats().dead
+    while done < wanted:
+        size = min(DLQ_BATCH, wanted - done)
+        batch = len(queue.replay(limit=size)) if action == "replay" else queue.purge(limit=size)
+        done += batch
+        if batch == 0:
+            break
+    return done
+
+
+COMMAND: Final = Command("dlq", "dead-letter list, replay, purge", configure, run)

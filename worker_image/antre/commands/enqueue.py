@@ -1,0 +1,44 @@
+"""``antre enqueue``: add one job and print its id."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Final
+
+from antre import errors
+from antre.commands import Command, open_queue
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("type", help="job type (the handler name)")
+    parser.add_argument("payload", help="JSON payload, e.g. '{\"to\": \"a@b.c\"}'")
+    parser.add_argument("--idempotency-key",
+                        help="while live, enqueues with the same key return the existing job "
+                             "(default: none)")
+    parser.add_argument("--resource-key",
+                        help="jobs with the same resource key never run at once (default: none)")
+    parser.add_argument("--max-attempts", type=int,
+                        help="runs before the job is dead-lettered (default: the queue's, env "
+                             "ANTRE_MAX_ATTEMPTS, else 5)")
+    parser.add_argument("--delay", type=float, default=0.0,
+                        help="seconds before it may run (default %(default)s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        payload = json.loads(args.payload)
+    except ValueError as exc:
+        raise errors.InvalidArgument(f"payload: not valid JSON ({exc}): {args.payload!r}") from None
+    result = open_queue(args).enqueue(
+        args.type, payload, idempotency_key=args.idempotency_key, resource_key=args.resource_key,
+        max_attempts=args.max_attempts, delay=args.delay)
+    print(result.job_id)
+    if not result.created:
+        print(f"idempotency key {args.idempotency_key!r} already used: job {result.job_id} "
+              "returned, nothing new enqueued", file=sys.stderr)
+    return 0
+
+
+COMMAND: Final = Command("enqueue", "add a job; prints its id", configure, run)
