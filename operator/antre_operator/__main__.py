@@ -21,8 +21,9 @@ from collections.abc import Sequence
 
 try:
     import kopf
+    import kubernetes
 
-    from antre_operator import handlers, reconciling, settings
+    from antre_operator import handlers, kube, reconciling, settings
 except ModuleNotFoundError as exc:  # installed without the operator extra
     if exc.name not in ("kopf", "kubernetes"):
         raise
@@ -95,6 +96,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ours = settings_from_args(args)
     except ValueError as exc:
         print(f"antre-operator: {exc}", file=sys.stderr)
+        return 2
+    try:  # before kopf starts, so a missing credential is one line, not a failed activity
+        kube.load_configuration()
+    except kubernetes.config.ConfigException as exc:
+        print(f"antre-operator: no Kubernetes credentials: {exc} (in a pod: its ServiceAccount "
+              "token; elsewhere: KUBECONFIG or ~/.kube/config)", file=sys.stderr)
         return 2
     logging.getLogger("antre_operator").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     with contextlib.suppress(KeyboardInterrupt):

@@ -1,21 +1,27 @@
 """The ``antre`` command line, in-process (``antre.cli.main``) and as a subprocess: enqueue, stats,
-job history, dlq list/replay/purge, and one-line errors with a non-zero exit."""
+job history (with the attempt a release refunded), dlq list/replay/purge, one-line errors with a
+non-zero exit, the worker's and the API's own log lines (start, signal, stop) at any level, the
+demo keeping away from ANTRE_REDIS_URL, and help text with defaults on every option."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import urllib.request
 
 import pytest
 from antre import Queue
-from antre.cli import main
+from antre.cli import build_parser, main
 from antre.commands import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE
 from antre.protocol import scripts
 from antre.protocol.ack import ack_op
 from antre.protocol.claim import claim_op
 from antre.protocol.fail import fail_op
+from antre.protocol.release import release_op
 from antre.settings import QueueSettings, WorkerSettings
 from invariants import assert_invariants
 from redis_servers import child_env, free_port, wait_until
@@ -160,3 +166,91 @@ def test_worker_imports_handlers_from_the_current_directory(redis_client, redis_
         proc.terminate()
         _, stderr = proc.communicate(timeout=20)
     assert proc.returncode == 0, stderr
+
+
+def test_job_history_names_the_released_attempt(redis_client, redis_url, capsys):
+    job_id = Queue(redis_client, settings=QS).enqueue("t").job_id
+    [job] = scripts.run(redis_client, claim_op(QS, WorkerSettings(), worker_id="w-1", max_jobs=1)).jobs
+    scripts.run(redis_client, release_op(QS, [(job.id, job.lease)], worker_id="w-1",
+                                         reason="shutdown"))
+    assert cli(redis_url, "job", job_id) == 0
+    out = capsys.readouterr().out
+    assert "status=queued  attempt=0/5" in out  # the run was refunded...
+    [released] = [line for line in out.splitlines() if " released " in line]
+    assert "attempt=1" in released  # ...and the history says which run it was
+
+
+def json_lines(text):
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_worker_logs_its_life_and_the_signal_even_at_warning(redis_client, redis_url):
+    """ANTRE_LOG_LEVEL=WARNING drops the per-job lines, never started / stopping / stopped."""
+    queue = Queue(redis_client, settings=QS)
+    job_id = queue.enqueue("send_email", {"to": "ana@example.com"}).job_id
+    env = {**child_env(), "ANTRE_LOG_LEVEL": "WARNING", "ANTRE_GRACE_PERIOD": "7"}
+    proc = subprocess.Popen([*ANTRE, "worker", "--handlers", "antre.example_handlers",
+                             "--redis-url", redis_url, "--queue", QS.name], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: queue.get(job_id).status == "done", timeout_s=20,
+                   message="the example handler ran the job")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    lines = json_lines(stderr)
+    assert [line["msg"] for line in lines] == ["worker started", "stopping", "worker stopped"]
+    assert (lines[1]["signal"], lines[1]["grace_period_s"]) == ("SIGTERM", 7.0)
+
+
+def test_api_logs_listening_the_signal_and_stopped(redis_url):
+    port = free_port()
+    env = {**child_env(), "ANTRE_API_TOKEN": "t0ken", "ANTRE_LOG_LEVEL": "WARNING"}
+    proc = subprocess.Popen([*ANTRE, "api", "--redis-url", redis_url, "--host", "127.0.0.1",
+                             "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+    def healthy():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as answer:
+                return answer.status == 200
+        except OSError:
+            return False
+
+    try:
+        wait_until(healthy, timeout_s=20, message="the API answers /healthz")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    lines = json_lines(stderr)
+    assert [line["msg"] for line in lines] == ["api listening", "api stopping", "api stopped"]
+    assert lines[0]["addresses"] == [f"127.0.0.1:{port}"] and lines[1]["signal"] == "SIGINT"
+
+
+def test_demo_ignores_antre_redis_url_and_says_so(redis_client, redis_url):
+    proc = subprocess.run([*ANTRE, "demo", "--jobs", "20"], capture_output=True, text=True,
+                          env={**child_env(), "ANTRE_REDIS_URL": redis_url}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "ANTRE_REDIS_URL is set but not used" in proc.stdout
+    assert "started a throwaway redis-server at redis://127.0.0.1:" in proc.stdout
+    assert redis_client.dbsize() == 0  # nothing written to the Redis in the environment
+    help_text = subprocess.run([*ANTRE, "demo", "--help"], capture_output=True, text=True,
+                               env=child_env(), timeout=60).stdout
+    assert "default: a throwaway redis-server" in " ".join(help_text.split())
+
+
+def test_every_option_has_help_and_shows_its_default():
+    parser = build_parser()
+    [subparsers] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    missing = []
+    for name, command_parser in subparsers.choices.items():
+        for action in command_parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            text = action.help or ""
+            shows_default = "default" in text or action.default in (None, False, [])
+            if not text or not shows_default:
+                missing.append(f"antre {name} {'/'.join(action.option_strings) or action.dest}")
+    assert missing == []

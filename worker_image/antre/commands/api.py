@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
-from typing import Final
+import signal
+from typing import Any, Final
 
 from aiohttp import web
 
@@ -49,23 +51,36 @@ def run(args: argparse.Namespace) -> int:
     queue_template = settings.queue_settings_from_env(name=args.queue, prefix=args.prefix)
     redis_client = connection.connect_async(args.redis_url)
     app = api.create_app(redis_client, queue_template=queue_template, api_settings=api_settings)
-
-    async def stopping(_app: web.Application) -> None:
-        log.info("api stopping", extra={"host": args.host, "port": args.port})
-
-    async def close_redis(_app: web.Application) -> None:
-        await redis_client.aclose()
-
-    app.on_shutdown.append(stopping)
-    app.on_cleanup.append(close_redis)
-    log.info("api listening", extra={"host": args.host, "port": args.port,
-                                     "redis": connection.redact(args.redis_url)})
-    try:
-        web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
-    except OSError as exc:
-        raise listen_error("--port", args.host, args.port, exc) from None
-    log.info("api stopped")
+    asyncio.run(_serve(app, redis_client, host=args.host, port=args.port,
+                       redis_url=args.redis_url))
     return 0
+
+
+async def _serve(app: web.Application, redis_client: Any, *, host: str, port: int,
+                 redis_url: str) -> None:
+    """Serves until SIGTERM or SIGINT, logging the start (once bound), the signal and the stop."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as exc:
+            raise listen_error("--port", host, port, exc) from None
+        log.info("api listening", extra={"addresses": [f"{a[0]}:{a[1]}" for a in runner.addresses],
+                                         "redis": connection.redact(redis_url)})
+        received: asyncio.Future[signal.Signals] = asyncio.get_running_loop().create_future()
+
+        def on_signal(sig: signal.Signals) -> None:
+            if not received.done():
+                received.set_result(sig)
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, on_signal, sig)
+        log.info("api stopping", extra={"signal": (await received).name})
+    finally:
+        await runner.cleanup()  # finishes requests in flight, then closes
+        await redis_client.aclose()
+    log.info("api stopped")
 
 
 COMMAND: Final = Command("api", "serve the HTTP producer API (token from env ANTRE_API_TOKEN)",

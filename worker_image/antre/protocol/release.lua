@@ -33,7 +33,8 @@ zrem_all(processing_key, released)
 for _, record in ipairs(records) do
   local id, lease, f = record[1], record[2], record[3]
   local attempt = math.max((tonumber(f[3]) or 1) - 1, 0)
-  local n, hfield, hvalue = history_entry(f[5], 'released', now, attempt, worker, reason)
+  -- The history names the run released (f[3]); the counter steps back, so the next claim reuses it.
+  local n, hfield, hvalue = history_entry(f[5], 'released', now, f[3], worker, reason)
   redis.call('HSET', job_prefix .. id, 'status', 'queued', 'attempt', attempt, 'updated_at', now,
     'queued_at', now, 'events', n, hfield, hvalue)
   redis.call('RPUSH', ready_key, id)
