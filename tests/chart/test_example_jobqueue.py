@@ -3,18 +3,23 @@
 Aspects: off by default; points at the chart's Redis Secret when redis.enabled; keeps a
 user-given spec.redis; with the API on and no token Secret named, the chart generates one and
 references it (the CRD requires spec.api.tokenSecretRef then); without any Redis the chart
-refuses with a message saying what to set; the result passes the CRD's schema.
+refuses with a message saying what to set; the result passes the CRD's schema; it runs the
+example handlers shipped in the package, so the stock image serves it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from .crd_schemas import validation_errors
 from .helm_runner import FULLNAME, Rendering, render_error
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 Render = Callable[[dict[str, Any]], Rendering]
 ON = {"enabled": True}
 
@@ -77,3 +82,15 @@ def test_the_crd_schema_catches_a_bad_spec(rendered: Render, chart_crds: dict) -
     errors = "\n".join(validation_errors(chart_crds, queue))
     assert "colour" in errors
     assert "spec.worker.concurrency" in errors
+
+
+def test_runs_handlers_the_stock_image_ships(rendered: Render) -> None:
+    """The example needs no image of your own: its handlers module is in the antre package,
+    and so is the one of examples/jobqueue.yaml; a worker stays up to exec into."""
+    queue = rendered({"redis": ON, "exampleJobQueue": ON}).one("JobQueue", "example")
+    example = yaml.safe_load((REPO_ROOT / "examples" / "jobqueue.yaml").read_text())
+    for spec in (queue["spec"], example["spec"]):
+        module = spec["worker"]["handlers"]
+        assert module.startswith("antre.") and importlib.util.find_spec(module) is not None
+        assert "image" not in spec["worker"]
+        assert spec["autoscaling"]["minReplicas"] >= 1

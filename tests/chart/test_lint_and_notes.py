@@ -58,3 +58,14 @@ def test_notes_warn_when_the_example_is_not_watched(helm: str, tmp_path: Path) -
     assert f"WARNING: the example JobQueue is in namespace {NAMESPACE}" in text
     watched = dict(EVERYTHING_ON, operator={"watchNamespaces": [NAMESPACE]})
     assert "WARNING" not in notes(helm, tmp_path, watched)
+
+
+def test_notes_show_how_to_run_a_job_on_the_example(helm: str, tmp_path: Path) -> None:
+    text = notes(helm, tmp_path, {"redis": {"enabled": True}, "exampleJobQueue": {"enabled": True}})
+    enqueue = (f"kubectl --namespace {NAMESPACE} exec deploy/example-worker -- antre enqueue "
+               "send_email '{\"to\": \"ana@example.com\"}'")
+    assert enqueue in text
+    assert "exec deploy/example-worker -- antre job <the id printed above>" in text
+    own = {"redis": {"enabled": True}, "exampleJobQueue": {
+        "enabled": True, "spec": {"worker": {"handlers": "myapp.jobs", "image": "mine:1"}}}}
+    assert "antre enqueue" not in notes(helm, tmp_path, own)  # not for handlers we do not know
