@@ -63,7 +63,7 @@ def test_sigterm_releases_running_jobs_to_another_worker(
         assert info.status == "done" and info.attempt == 1, "release refunds the attempt"
         events = [e for e in info.history if e.event != "extended"]
         assert [(e.event, e.worker, e.attempt) for e in events] == [
-            ("enqueued", None, 0), ("claimed", a_id, 1), ("released", a_id, 0),
+            ("enqueued", None, 0), ("claimed", a_id, 1), ("released", a_id, 1),
             ("claimed", b_id, 1), ("acked", b_id, 1)]
         assert runs(fault_client, job_id) == 2
         assert effect_count(fault_client, f"long-{i}") == 1
