@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from antre import connection, errors, keys, redis_checks, tracing
+from antre import connection, errors, keys, queue_registry, redis_checks, tracing
 from antre.jobs import EnqueueResult, JobInfo
 from antre.protocol import scripts
 from antre.protocol.cancel import cancel_op
@@ -78,6 +78,8 @@ class _QueueBase:
         self.redis = redis_client
         self.settings = settings
         self.keys = settings.keys
+        #: Whether this queue's name is in the registry the dashboard lists (added once).
+        self._registered = False
 
     @property
     def name(self) -> str:
@@ -115,14 +117,20 @@ class Queue(_QueueBase):
                             resource_key=resource_key, max_attempts=max_attempts, delay=delay,
                             headers=headers)
         [op] = enqueue_ops(self.settings, [job])
+        self._register()
         return self._run(op)[0]  # type: ignore[no-any-return]
 
     def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[EnqueueResult]:
         """Adds many jobs, 500 per round trip; all are validated before any is written."""
         results: list[EnqueueResult] = []
         for op in enqueue_ops(self.settings, [to_new_job(spec) for spec in jobs]):
+            self._register()
             results.extend(self._run(op))
         return results
+
+    def _register(self) -> None:
+        if not self._registered:
+            self._registered = queue_registry.register(self.redis, self.settings.prefix, self.name)
 
     def get(self, job_id: str) -> JobInfo:
         return _job_info(job_id, self.redis.hgetall(self.keys.job(job_id)))
@@ -190,13 +198,20 @@ class AsyncQueue(_QueueBase):
                             resource_key=resource_key, max_attempts=max_attempts, delay=delay,
                             headers=headers)
         [op] = enqueue_ops(self.settings, [job])
+        await self._register()
         return (await self._run(op))[0]  # type: ignore[no-any-return]
 
     async def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[EnqueueResult]:
         results: list[EnqueueResult] = []
         for op in enqueue_ops(self.settings, [to_new_job(spec) for spec in jobs]):
+            await self._register()
             results.extend(await self._run(op))
         return results
+
+    async def _register(self) -> None:
+        if not self._registered:
+            self._registered = await queue_registry.register_async(
+                self.redis, self.settings.prefix, self.name)
 
     async def get(self, job_id: str) -> JobInfo:
         return _job_info(job_id, await self.redis.hgetall(self.keys.job(job_id)))

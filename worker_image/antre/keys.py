@@ -17,6 +17,10 @@ Layout for prefix ``antre`` and queue ``Q`` (Redis type in brackets):
 - ``antre:{Q}:workers``      [ZSET]   worker id -> last heartbeat (ms)
 - ``antre:{Q}:worker:<wid>`` [String] JSON registry entry of a live worker, with a TTL
 - ``antre:{Q}:reaper``       [String] short lock that lets one process run a reaper pass
+
+One key is not a queue's: ``antre:queues`` [Set], the names of the queues under the prefix, so
+the dashboard finds them without scanning the keyspace. It lives in a slot of its own, so it is
+written with a plain SADD beside the scripts, never inside one (Cluster-safe).
 """
 
 from __future__ import annotations
@@ -51,6 +55,11 @@ def validate_prefix(prefix: str) -> str:
             " or '-', starting with a letter or digit"
         )
     return prefix
+
+
+def queue_registry(prefix: str = DEFAULT_PREFIX) -> str:
+    """[Set] names of the queues under ``prefix`` (no hash tag: never touched by a script)."""
+    return f"{validate_prefix(prefix)}:queues"
 
 
 @dataclass(frozen=True, slots=True)

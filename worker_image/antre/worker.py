@@ -19,7 +19,7 @@ import socket
 import time
 from typing import Any
 
-from antre import logs, redis_checks, tracing
+from antre import logs, queue_registry, redis_checks, tracing
 from antre.ack_batcher import AckBatcher
 from antre.errors import LeaseLost, Permanent, RedisUnavailable, Retry
 from antre.handler_threads import HandlerThreads, ThreadTimeout
@@ -123,6 +123,7 @@ class Worker:
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self._check_redis()
+        await queue_registry.register_async(self.redis, self.queue.prefix, self.queue.name)
         log.info("worker started", extra={
             "worker_id": self.worker_id, "queue": self.queue.name, "pod": self.pod,
             "concurrency": self.settings.concurrency, "handlers": self.handlers.names})
@@ -366,4 +367,5 @@ class Worker:
             "worker_id": self.worker_id, "pod": self.pod, "host": socket.gethostname(),
             "pid": os.getpid(), "queue": self.queue.name, "in_flight": len(self.held),
             "concurrency": self.settings.concurrency, "started_at_ms": self.started_at_ms,
+            "stuck_threads": self.threads.overdue,
         }

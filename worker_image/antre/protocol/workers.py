@@ -24,6 +24,8 @@ class WorkerEntry:
     started_at_ms: int
     #: Server clock (ms) when the registry was read, to compute beat ages.
     read_at_ms: int
+    #: Handler threads past their job timeout that still hold a slot (they cannot be stopped).
+    stuck_threads: int = 0
 
     @property
     def beat_age_s(self) -> float:
@@ -54,6 +56,7 @@ def workers_op(settings: QueueSettings) -> Op[WorkerRegistry]:
                     concurrency=int(raw.get("concurrency", 0)),
                     last_beat_ms=int(float(reply[i + 1])),
                     started_at_ms=int(raw.get("started_at_ms", 0)), read_at_ms=now,
+                    stuck_threads=int(raw.get("stuck_threads", 0)),
                 ))
             except (ValueError, TypeError, AttributeError):
                 unreadable.append(str(reply[i]))
