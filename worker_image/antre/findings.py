@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
-from typing import Any
+from typing import Any, Final
 
 from antre.protocol.depth import Depth
 from antre.protocol.workers import WorkerEntry
@@ -82,6 +82,9 @@ class Snapshot:
     #: The newest dead jobs read (at most the read limit).
     dead_jobs: Sequence[DeadJob] = ()
     locks: Sequence[ResourceLock] = ()
+    #: False when the SCAN for locks stopped at its bound (a big keyspace): ``locks`` then holds
+    #: every lock of a running job, and those the bounded SCAN found.
+    locks_complete: bool = True
     workers: Sequence[WorkerEntry] = ()
     eviction_warning: str | None = None
     #: Ids of worker registry entries that could not be read (bad JSON, wrong field types).
@@ -135,6 +138,34 @@ class Trend:
     dead_delta: int
     #: Jobs added to the ready list per second (negative: draining); None when no interval.
     ready_rate_per_s: float | None
+    #: Jobs finished and failed runs per second, from the counters; None when no interval.
+    throughput: Throughput | None = None
+
+
+#: Counters whose growth is a failed run: retried, or dead-lettered.
+FAILED_COUNTERS: Final = ("retried", "dead")
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    done_per_s: float
+    #: Runs that failed (retried or dead-lettered) per second.
+    failed_per_s: float
+
+
+def throughput(before: Depth, after: Depth) -> Throughput | None:
+    """Rates between two depth samples; None when they are not ordered in time. A counter that
+    went down (its stats hash was deleted) counts as no progress, never as a negative rate."""
+    interval_s = (after.now_ms - before.now_ms) / 1000
+    if interval_s <= 0:
+        return None
+
+    def grew(*names: str) -> int:
+        return max(sum(after.counters.get(n, 0) for n in names)
+                   - sum(before.counters.get(n, 0) for n in names), 0)
+
+    return Throughput(done_per_s=grew("done") / interval_s,
+                      failed_per_s=grew(*FAILED_COUNTERS) / interval_s)
 
 
 def trend(snapshot: Snapshot) -> Trend:
@@ -143,7 +174,8 @@ def trend(snapshot: Snapshot) -> Trend:
     ready_delta = after.ready - before.ready
     return Trend(interval_s=interval_s, ready_delta=ready_delta,
                  backlog_delta=after.backlog - before.backlog, dead_delta=after.dead - before.dead,
-                 ready_rate_per_s=ready_delta / interval_s if interval_s > 0 else None)
+                 ready_rate_per_s=ready_delta / interval_s if interval_s > 0 else None,
+                 throughput=throughput(before, after))
 
 
 def group_dead(snapshot: Snapshot, thresholds: Thresholds = Thresholds()) -> list[DeadGroup]:
@@ -305,6 +337,9 @@ def render(snapshot: Snapshot, findings: Sequence[Finding] | None = None, *,
     if change.interval_s > 0 and change.ready_rate_per_s is not None:
         moving = (f"{change.ready_delta:+d} in {_s(change.interval_s)}, "
                   f"{change.ready_rate_per_s:+.1f}/s")
+        if change.throughput is not None:
+            moving += (f"; done {change.throughput.done_per_s:.1f}/s, "
+                       f"failed {change.throughput.failed_per_s:.1f}/s")
     else:
         moving = "trend: one sample"
     lines.append(f"  ready {after.ready} ({moving})   processing {after.processing}   "
@@ -332,13 +367,16 @@ def render(snapshot: Snapshot, findings: Sequence[Finding] | None = None, *,
     section("dead by last error", after.dead, [
         f"{g.count:>5}  {g.last_error or '(no error recorded)'}  [{', '.join(g.job_types)}]  "
         f"newest {g.newest_id}" for g in groups])
-    section("resource locks", len(snapshot.locks), [
+    section("resource locks" if snapshot.locks_complete else
+            "resource locks (of running jobs, and a bounded scan of a big keyspace)",
+            len(snapshot.locks), [
         f"{lock.resource}  job={lock.job_id}  ttl {_s(lock.ttl_s) if lock.ttl_s is not None else 'none'}"
         f"{'' if lock.holder_processing else '  (holder not processing)'}"
         for lock in snapshot.locks])
     section("workers", len(snapshot.workers), [
         f"{w.worker_id}  pod={w.pod}  jobs {w.in_flight}/{w.concurrency}  "
         f"last beat {_s(w.beat_age_s)} ago  up {_s(max(w.read_at_ms - w.started_at_ms, 0) / 1000)}"
+        f"{f'  stuck threads {w.stuck_threads}' if w.stuck_threads else ''}"
         for w in snapshot.workers])
     if snapshot.bad_worker_entries:
         lines.append(_cut("  unreadable registry entries: "
@@ -367,12 +405,14 @@ def to_dict(snapshot: Snapshot, findings: Sequence[Finding], *,
                   "oldest_ready_age_s": after.oldest_ready_age_s, "counters": after.counters},
         "trend": {"interval_s": change.interval_s, "ready_delta": change.ready_delta,
                   "backlog_delta": change.backlog_delta, "dead_delta": change.dead_delta,
-                  "ready_rate_per_s": change.ready_rate_per_s},
+                  "ready_rate_per_s": change.ready_rate_per_s,
+                  "done_per_s": change.throughput.done_per_s if change.throughput else None,
+                  "failed_per_s": change.throughput.failed_per_s if change.throughput else None},
         "expired_leases": [vars_of(x) for x in snapshot.expired_leases],
         "overdue_retries": {"total": snapshot.overdue_total,
                             "jobs": [vars_of(x) for x in snapshot.overdue_retries]},
         "dead_groups": [vars_of(g) for g in group_dead(snapshot, thresholds)],
-        "locks": [vars_of(x) for x in snapshot.locks],
+        "locks": [vars_of(x) for x in snapshot.locks], "locks_complete": snapshot.locks_complete,
         "workers": [{**vars_of(w), "beat_age_s": w.beat_age_s} for w in snapshot.workers],
         "eviction_warning": snapshot.eviction_warning,
         "bad_worker_entries": list(snapshot.bad_worker_entries),

@@ -1,71 +1,118 @@
 """Reading a queue's :class:`~antre.findings.Snapshot` from Redis: the I/O side of ``antre
-inspect``, ``doctor`` and ``top``.
+inspect``, ``doctor``, ``top`` and the dashboard.
 
-Read-only commands: the depth script twice, ZRANGEBYSCORE on the processing and retry sets,
-LRANGE on the dead list, SCAN over the lock prefix, the worker registry. :mod:`antre.findings`
-turns the snapshot into findings and text. Key names come from :class:`antre.keys.QueueKeys`
-through the queue.
+The reads are written once, as a generator (:func:`_reads`) that yields each round trip it needs
+(a script, a pipeline of plain commands, a bounded SCAN, a pause) and receives the reply.
+:func:`read_snapshot` runs it on a sync client for the command line, :func:`read_snapshot_async`
+on an asyncio client for the API's dashboard, so both show the same numbers from the same code.
+
+Read-only and bounded whatever the queue's size: the depth script twice, then one pipeline
+(ZRANGEBYSCORE on the processing and retry sets, LRANGE of the newest dead ids, the running
+jobs), one pipeline of HMGETs for what those name, the resource locks of the running jobs and
+at most :data:`LOCK_SCAN_CALLS` SCAN calls over the lock prefix (which also finds locks no
+running job explains), and the worker registry. :mod:`antre.findings` turns the snapshot into
+findings and text. Key names come from :class:`antre.keys.QueueKeys` through the queue.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import redis
 
-from antre import findings
-from antre.client import Queue
+from antre import findings, redis_checks
+from antre.client import AsyncQueue, Queue
 from antre.findings import Snapshot, Thresholds
-from antre.protocol.depth import Depth
-from antre.protocol.workers import WorkerEntry
+from antre.protocol import scripts
+from antre.protocol.depth import Depth, depth_op
+from antre.protocol.scripts import Op
+from antre.protocol.workers import WorkerRegistry, workers_op
+from antre.settings import QueueSettings
 
 #: Entries read per section: enough for one screen and for grouping, bounded for big queues.
 READ_LIMIT: Final = 50
 DEAD_READ_LIMIT: Final = 500
+#: Running jobs whose resource locks are read (more than any pool's concurrency in practice).
+RUNNING_READ_LIMIT: Final = 1000
+#: The SCAN over the lock prefix stops after this many calls of COUNT :data:`SCAN_COUNT` keys:
+#: the whole keyspace of a small database, a bounded sample of a big one (a million queued jobs
+#: are a million keys to walk). Locks of running jobs are read directly, never by SCAN.
+LOCK_SCAN_CALLS: Final = 10
+SCAN_COUNT: Final = 1000
 LOCK_SCAN_LIMIT: Final = 1000
 #: Shown as the holder of a key under the lock prefix that is not a string (not antre's).
 NOT_A_LOCK: Final = "(not a lock: wrong key type)"
 
 
-def read_snapshot(queue: Queue, *, sample_gap_s: float = 1.0, thresholds: Thresholds | None = None,
-                  before: Depth | None = None, sleep: Callable[[float], None] = time.sleep) -> Snapshot:
-    """Reads the queue's state. The trend compares ``before`` (or a first reading taken
-    ``sample_gap_s`` earlier) with the current depth."""
-    thresholds = thresholds or Thresholds()
+# -- the round trips the reader asks for -----------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Pipeline:
+    """Plain commands in one non-transactional pipeline."""
+
+    calls: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]]
+    #: False: a command's error comes back as its reply (a key of the wrong type under the lock
+    #: prefix is reported, not fatal).
+    raise_on_error: bool = True
+
+
+def _call(name: str, *args: Any, **kwargs: Any) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+    return name, args, kwargs
+
+
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    """SCAN MATCH ``match``: at most ``max_calls`` calls; replies (keys, complete)."""
+
+    match: str
+    max_calls: int = LOCK_SCAN_CALLS
+    max_keys: int = LOCK_SCAN_LIMIT
+
+
+@dataclass(frozen=True, slots=True)
+class _Pause:
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class _EvictionWarning:
+    """The maxmemory-policy warning (INFO memory); replies None when INFO is not allowed."""
+
+
+_Step = Op[Any] | _Pipeline | _Scan | _Pause | _EvictionWarning
+_Reader = Generator[_Step, Any, Snapshot]
+
+
+def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | None,
+           sample_gap_s: float) -> _Reader:
     if before is None:
-        before = queue.stats()
+        before = yield depth_op(settings)
         if sample_gap_s > 0:
-            sleep(sample_gap_s)
-    after = queue.stats()
-    redis_client, k, now = queue.redis, queue.keys, after.now_ms
-
-    expired = redis_client.zrangebyscore(k.processing, "-inf", now, start=0, num=READ_LIMIT,
-                                         withscores=True)
+            yield _Pause(sample_gap_s)
+    after: Depth = yield depth_op(settings)
+    k, now = settings.keys, after.now_ms
     overdue_cutoff = now - int(thresholds.overdue_after_s * 1000)
-    overdue_total = int(redis_client.zcount(k.retry, "-inf", overdue_cutoff))
-    overdue = redis_client.zrangebyscore(k.retry, "-inf", overdue_cutoff, start=0, num=READ_LIMIT,
-                                         withscores=True) if overdue_total else []
-    dead_ids = redis_client.lrange(k.dead, 0, DEAD_READ_LIMIT - 1)
-    lock_keys = []
-    for key in redis_client.scan_iter(match=k.lock_prefix + "*", count=1000):
-        lock_keys.append(key)
-        if len(lock_keys) >= LOCK_SCAN_LIMIT:
-            break
+    expired, overdue_total, overdue, dead_ids, running = yield _Pipeline((
+        _call("zrangebyscore", k.processing, "-inf", now, start=0, num=READ_LIMIT,
+              withscores=True),
+        _call("zcount", k.retry, "-inf", overdue_cutoff),
+        _call("zrangebyscore", k.retry, "-inf", overdue_cutoff, start=0, num=READ_LIMIT,
+              withscores=True),
+        _call("lrange", k.dead, 0, DEAD_READ_LIMIT - 1),
+        _call("zrange", k.processing, 0, RUNNING_READ_LIMIT - 1),
+    ))
+    scanned_keys, scan_complete = yield _Scan(k.lock_prefix + "*")
 
-    pipe = redis_client.pipeline(transaction=False)
-    # raise_on_error=False: a key of the wrong type under the lock prefix is reported, not fatal.
-    for job_id, _deadline in expired:
-        pipe.hmget(k.job(job_id), "type", "worker", "attempt")
-    for job_id, _due in overdue:
-        pipe.hmget(k.job(job_id), "type", "attempt", "last_error")
-    for job_id in dead_ids:
-        pipe.hmget(k.job(job_id), "type", "last_error", "died_at")
-    for key in lock_keys:
-        pipe.get(key)
-        pipe.pttl(key)
-    replies = iter(pipe.execute(raise_on_error=False))
+    calls = [_call("hmget", k.job(job_id), "type", "worker", "attempt") for job_id, _ in expired]
+    calls += [_call("hmget", k.job(job_id), "type", "attempt", "last_error")
+              for job_id, _ in overdue]
+    calls += [_call("hmget", k.job(job_id), "type", "last_error", "died_at")
+              for job_id in dead_ids]
+    calls += [_call("hget", k.job(job_id), "resource_key") for job_id in running]
+    replies = iter((yield _Pipeline(calls)) if calls else ())
 
     leases = []
     for job_id, deadline in expired:
@@ -83,34 +130,35 @@ def read_snapshot(queue: Queue, *, sample_gap_s: float = 1.0, thresholds: Thresh
     for job_id in dead_ids:
         job_type, last_error, died_at = next(replies)
         dead.append(findings.DeadJob(job_id=job_id, job_type=job_type or "?",
-                                       last_error=last_error or "", died_at_ms=_int(died_at)))
+                                     last_error=last_error or "", died_at_ms=_int(died_at)))
+    # The locks running jobs hold, found through their records, then whatever SCAN added.
+    lock_keys = list(dict.fromkeys(
+        [k.resource_lock(resource) for resource in (next(replies) for _ in running)
+         if isinstance(resource, str) and resource] + list(scanned_keys)))
+    lock_replies = iter((yield _Pipeline(
+        [c for key in lock_keys for c in (_call("get", key), _call("pttl", key))],
+        raise_on_error=False)) if lock_keys else ())
     holders: list[tuple[str, str, float | None]] = []
     for key in lock_keys:
-        value, pttl = next(replies), _int(next(replies), -2)
-        if value is None or pttl == -2:  # expired between SCAN and GET
+        value, pttl = next(lock_replies), _int(next(lock_replies), -2)
+        if value is None or pttl == -2:  # expired between the reads
             continue
         holder = NOT_A_LOCK if isinstance(value, Exception) else str(value).split(":", 1)[0]
         holders.append((key[len(k.lock_prefix):], holder, None if pttl < 0 else pttl / 1000))
-    processing = []
-    if holders:
-        pipe = redis_client.pipeline(transaction=False)
-        for _resource, job_id, _ttl in holders:
-            pipe.zscore(k.processing, job_id)
-        processing = pipe.execute()
+    scores = (yield _Pipeline([_call("zscore", k.processing, job_id)
+                               for _resource, job_id, _ttl in holders])) if holders else []
     locks = [findings.ResourceLock(resource=resource, job_id=job_id, ttl_s=ttl,
-                                     holder_processing=score is not None)
-             for (resource, job_id, ttl), score in zip(holders, processing, strict=True)]
+                                   holder_processing=score is not None)
+             for (resource, job_id, ttl), score in zip(holders, scores, strict=True)]
 
-    workers, bad_workers = _read_workers(queue, now)
-    try:
-        warning = queue.eviction_policy_warning()
-    except redis.ResponseError:  # INFO may be renamed or disabled on managed Redis
-        warning = None
-    return Snapshot(queue=queue.name, before=before, after=after, expired_leases=leases,
-                    overdue_retries=retries, overdue_total=overdue_total, dead_jobs=dead,
+    registry: WorkerRegistry = yield workers_op(settings)
+    warning = yield _EvictionWarning()
+    return Snapshot(queue=settings.name, before=before, after=after, expired_leases=leases,
+                    overdue_retries=retries, overdue_total=int(overdue_total), dead_jobs=dead,
                     locks=sorted(locks, key=lambda lock: lock.resource),
-                    workers=sorted(workers, key=lambda w: w.worker_id),
-                    bad_worker_entries=bad_workers, eviction_warning=warning)
+                    locks_complete=scan_complete,
+                    workers=sorted(registry.entries, key=lambda w: w.worker_id),
+                    bad_worker_entries=registry.unreadable, eviction_warning=warning)
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -122,7 +170,104 @@ def _int(value: Any, default: int = 0) -> int:
         return default
 
 
-def _read_workers(queue: Queue, now_ms: int) -> tuple[list[WorkerEntry], list[str]]:
-    """The live workers, and the ids of registry entries that cannot be read."""
-    registry = queue.worker_registry()
-    return registry.entries, registry.unreadable
+def _is_cluster(client: Any) -> bool:
+    return isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
+
+
+# -- the two drivers -------------------------------------------------------------------------------
+
+def read_snapshot(queue: Queue, *, sample_gap_s: float = 1.0, thresholds: Thresholds | None = None,
+                  before: Depth | None = None, sleep: Callable[[float], None] = time.sleep) -> Snapshot:
+    """Reads the queue's state. The trend compares ``before`` (or a first reading taken
+    ``sample_gap_s`` earlier) with the current depth."""
+    client = queue.redis
+    reader = _reads(queue.settings, thresholds=thresholds or Thresholds(), before=before,
+                    sample_gap_s=sample_gap_s)
+    reply: Any = None
+    while True:
+        try:
+            step = reader.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        if isinstance(step, Op):
+            reply = scripts.run(client, step)
+        elif isinstance(step, _Pipeline):
+            pipe = client.pipeline(transaction=False)
+            for name, args, kwargs in step.calls:
+                getattr(pipe, name)(*args, **kwargs)
+            reply = pipe.execute(raise_on_error=step.raise_on_error)
+        elif isinstance(step, _Scan):
+            reply = _scan(client, step)
+        elif isinstance(step, _Pause):
+            sleep(step.seconds)
+            reply = None
+        else:
+            try:
+                reply = redis_checks.eviction_policy_warning_sync(client)
+            except redis.ResponseError:  # INFO may be renamed or disabled on managed Redis
+                reply = None
+
+
+async def read_snapshot_async(queue: AsyncQueue, *, thresholds: Thresholds | None = None,
+                              before: Depth | None = None) -> Snapshot:
+    """:func:`read_snapshot` on an asyncio client, without a pause: the trend compares with
+    ``before`` (or a sample taken just before, a zero trend)."""
+    client = queue.redis
+    reader = _reads(queue.settings, thresholds=thresholds or Thresholds(), before=before,
+                    sample_gap_s=0)
+    reply: Any = None
+    while True:
+        try:
+            step = reader.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        if isinstance(step, Op):
+            reply = await scripts.run_async(client, step)
+        elif isinstance(step, _Pipeline):
+            pipe = client.pipeline(transaction=False)
+            for name, args, kwargs in step.calls:
+                getattr(pipe, name)(*args, **kwargs)
+            reply = await pipe.execute(raise_on_error=step.raise_on_error)
+        elif isinstance(step, _Scan):
+            reply = await _scan_async(client, step)
+        elif isinstance(step, _Pause):
+            reply = None
+        else:
+            try:
+                reply = await redis_checks.eviction_policy_warning(client)
+            except redis.ResponseError:
+                reply = None
+
+
+def _scan(client: Any, step: _Scan) -> tuple[list[str], bool]:
+    if _is_cluster(client):  # cursors per node: the client's iterator, bounded by keys found
+        keys: list[str] = []
+        for key in client.scan_iter(match=step.match, count=SCAN_COUNT):
+            keys.append(key)
+            if len(keys) >= step.max_keys:
+                return keys, False
+        return keys, True
+    cursor, keys = 0, []
+    for _ in range(step.max_calls):
+        cursor, batch = client.scan(cursor, match=step.match, count=SCAN_COUNT)
+        keys.extend(batch)
+        if int(cursor) == 0 or len(keys) >= step.max_keys:
+            return keys[:step.max_keys], int(cursor) == 0
+    return keys, False
+
+
+async def _scan_async(client: Any, step: _Scan) -> tuple[list[str], bool]:
+    if _is_cluster(client):
+        keys: list[str] = []
+        async for key in client.scan_iter(match=step.match, count=SCAN_COUNT):
+            keys.append(key)
+            if len(keys) >= step.max_keys:
+                return keys, False
+        return keys, True
+    cursor, keys = 0, []
+    for _ in range(step.max_calls):
+        cursor, batch = await client.scan(cursor, match=step.match, count=SCAN_COUNT)
+        keys.extend(batch)
+        if int(cursor) == 0 or len(keys) >= step.max_keys:
+            return keys[:step.max_keys], int(cursor) == 0
+    return keys, False
