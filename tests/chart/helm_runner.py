@@ -1,7 +1,7 @@
 """Running helm for the chart tests: locating the binary, rendering, and the value variants.
 
 helm is looked up in this order: env HELM, `helm` on PATH, then the cache that
-scripts/fetch_helm.sh fills (.cache/helm/bin/helm).
+scripts/fetch_helm.sh fills ($ANTRE_HELM_CACHE/bin/helm, default .cache/helm/bin/helm).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO_ROOT / "charts" / "antre"
-CACHED_HELM = REPO_ROOT / ".cache" / "helm" / "bin" / "helm"
+CACHED_HELM = Path(os.environ.get("ANTRE_HELM_CACHE") or REPO_ROOT / ".cache" / "helm") / "bin" / "helm"
 RELEASE = "rel"
 NAMESPACE = "antre-system"
 FULLNAME = f"{RELEASE}-antre"
