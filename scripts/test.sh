@@ -7,7 +7,8 @@
 #    with apt-get as root (otherwise it prints the command to run and stops).
 # 2. A virtual environment ($ANTRE_TEST_VENV, default <repo>/.venv; created when missing) with
 #    the package and its `test` extra installed at the versions pinned in tests/constraints.txt.
-# 3. The helm and kubectl binaries the chart and Kubernetes tests run (cached under .cache/).
+# 3. The helm and kubectl binaries the chart and Kubernetes tests run, and the Kubernetes control
+#    plane binaries built from Go modules (scripts/fetch_kube.sh; all cached under .cache/).
 # 4. pytest, with any arguments given.
 # Idempotent: a second run installs nothing new and goes straight to the tests.
 set -euo pipefail
@@ -39,5 +40,8 @@ echo "test.sh: installing the package and the pinned test tools into $venv" >&2
     -c tests/constraints.txt -e '.[test]'
 
 PYTHON="$venv/bin/python" bash scripts/fetch_helm.sh >/dev/null
+# The end-to-end tests' Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
+# built from Go modules: several minutes the first time, with progress; then cached) and kubectl.
+PYTHON="$venv/bin/python" bash scripts/fetch_kube.sh >/dev/null
 
 exec "$venv/bin/python" -m pytest -q "$@"

@@ -1,0 +1,129 @@
+"""Fixtures of the end-to-end tests: a real Kubernetes API, kubectl, helm, the operator process.
+
+* ``cluster`` (session): the suite's own control plane (``control_plane.py``: etcd,
+  kube-apiserver, kube-controller-manager built by scripts/fetch_kube.sh), or, with
+  ``ANTRE_E2E_KUBECONFIG=/path/to/kubeconfig``, a cluster of your own (kind, k3d, a cloud one).
+* ``crds`` (session): ``kubectl apply -f crds/`` done once.
+* ``namespace``: a fresh namespace per test (restricted Pod Security enforced), deleted after;
+  ``module_namespace`` one per module.
+* ``start_operator``: runs the operator as a local process with a given kubeconfig; at the end
+  of the test every process is stopped and a 403 in any of their logs fails the test.
+* ``e2e_report``: lines printed in the terminal summary (start time, request counts), so the
+  figures a run measured are in CI's log.
+
+Tests that need more (autoscaling, security) live beside these and reuse the same fixtures.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from .cluster import Cluster
+from .control_plane import REPO_ROOT, ControlPlane, KubeBinaries
+from .operator_process import OperatorProcess
+
+EXTERNAL_KUBECONFIG = "ANTRE_E2E_KUBECONFIG"
+
+_report: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _report:
+        terminalreporter.section("Kubernetes end-to-end figures")
+        for line in _report:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def e2e_report() -> list[str]:
+    return _report
+
+
+def _fetch(script: str, *args: str) -> str:
+    result = subprocess.run(["bash", str(REPO_ROOT / "scripts" / script), *args],
+                            stdout=subprocess.PIPE, text=True, check=False, timeout=3600)
+    if result.returncode != 0:
+        pytest.fail(f"scripts/{script} failed (exit {result.returncode}); run it to see why",
+                    pytrace=False)
+    return result.stdout
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory,
+            e2e_report: list[str]) -> Iterator[Cluster]:
+    workdir = tmp_path_factory.mktemp("kube")
+    helm = Path(_fetch("fetch_helm.sh").strip())
+    external = os.environ.get(EXTERNAL_KUBECONFIG)
+    if external:
+        kubectl = Path(dict(line.split("=", 1) for line in
+                            _fetch("fetch_kube.sh", "--kubectl-only").splitlines())["KUBECTL"])
+        e2e_report.append(f"cluster: {external} ({EXTERNAL_KUBECONFIG})")
+        yield Cluster(kubeconfig=Path(external), kubectl=kubectl, helm=helm, workdir=workdir)
+        return
+    binaries = KubeBinaries.fetch()
+    plane = ControlPlane(binaries, workdir / "control-plane")
+    plane.start()
+    try:
+        e2e_report.append(f"control plane (etcd, kube-apiserver, kube-controller-manager) "
+                          f"ready in {plane.started_in_s:.1f} s")
+        yield Cluster(kubeconfig=plane.admin_kubeconfig, kubectl=binaries.kubectl, helm=helm,
+                      workdir=workdir, control_plane=plane)
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: Cluster) -> None:
+    """The JobQueue CRD installed as the docs say, and established."""
+    cluster.kubectl("apply", "-f", "crds/")
+    # Not `kubectl wait`: it fails at once on a CRD whose status has no conditions yet.
+    cluster.wait_for("crd", "jobqueues.antre.dev", None, what="the JobQueue CRD Established",
+                     until=lambda crd: any(
+                         c["type"] == "Established" and c["status"] == "True"
+                         for c in (crd.get("status") or {}).get("conditions") or []))
+
+
+def _namespace_for(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    prefix = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40]
+    name = cluster.create_namespace(prefix.strip("-") or "e2e")
+    yield name
+    cluster.delete_namespace(name)
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace of this test's own."""
+    yield from _namespace_for(cluster, request)
+
+
+@pytest.fixture(scope="module")
+def module_namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace shared by the tests of one module (for dry runs that store nothing)."""
+    yield from _namespace_for(cluster, request)
+
+
+StartOperator = Callable[..., OperatorProcess]
+
+
+@pytest.fixture
+def start_operator(tmp_path: Path) -> Iterator[StartOperator]:
+    """start_operator(kubeconfig, args, polling_s=1.0): a running operator process."""
+    started: list[OperatorProcess] = []
+
+    def start(kubeconfig: Path, args: Sequence[str], **kwargs: object) -> OperatorProcess:
+        log = tmp_path / f"operator-{len(started)}.log"
+        process = OperatorProcess(kubeconfig, log, args, **kwargs)  # type: ignore[arg-type]
+        started.append(process)
+        return process.start()  # type: ignore[return-value]
+
+    yield start
+    forbidden = []
+    for process in started:
+        process.stop(timeout_s=15)
+        forbidden += process.forbidden()
+    assert not forbidden, "the API server refused the operator:\n" + "\n".join(forbidden)

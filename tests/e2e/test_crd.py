@@ -1,0 +1,268 @@
+"""The JobQueue CRD on a real API server: ``kubectl apply -f crds/`` and JobQueues applied by hand.
+
+Aspects covered:
+* the CRD is accepted (a structural schema, CEL rules within the cost budget, valid defaults) and
+  Established; applying it again changes nothing; ``kubectl explain`` documents the spec;
+* the examples and other valid JobQueues are accepted; the defaults the server stores are the
+  ones the operator assumes (parsing the stored object gives what parsing the bare one gives);
+* invalid JobQueues are refused by the API server itself, with the field named and the CRD's
+  message, and the operator's own parser refuses them too;
+* every reaper schedule the CRD admits is one the CronJob API admits (and the other way round for
+  the cases tried): a schedule the CronJob would refuse never gets past the JobQueue.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from antre_operator import spec as jobqueue_spec
+from redis_servers import wait_until
+
+from .cluster import Cluster
+from .samples import example, jobqueue
+
+
+def dry_run_create(cluster: Cluster, body: dict[str, Any], namespace: str,
+                   ) -> tuple[bool, str, dict[str, Any] | None]:
+    """Create with ``dryRun=All``: full admission (strict fields, as kubectl's default),
+    nothing stored. Returns (accepted, the server's message, the object as it would be)."""
+    group_version = body["apiVersion"]
+    prefix = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
+    plural = {"JobQueue": "jobqueues", "CronJob": "cronjobs"}[body["kind"]]
+    status, answer = cluster.request(
+        "POST", f"{prefix}/namespaces/{namespace}/{plural}", body,
+        query={"dryRun": "All", "fieldValidation": "Strict"})
+    accepted = status < 300
+    return accepted, "" if accepted else str(answer.get("message")), answer if accepted else None
+
+
+def parse(body: dict[str, Any], namespace: str) -> jobqueue_spec.JobQueueSpec:
+    return jobqueue_spec.parse_jobqueue(name=body["metadata"]["name"], namespace=namespace,
+                                        spec=body["spec"])
+
+
+def test_crd_is_established_and_reapplies_unchanged(cluster: Cluster, crds: None) -> None:
+    crd = cluster.get("crd", "jobqueues.antre.dev")
+    assert crd is not None
+    conditions = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
+    assert conditions.get("Established") == "True"
+    assert conditions.get("NonStructuralSchema") is None
+    again = cluster.kubectl("apply", "-f", "crds/").stdout
+    assert "unchanged" in again, again
+
+
+def test_kubectl_explain_documents_the_spec(cluster: Cluster, crds: None) -> None:
+    # The server publishes a new CRD's OpenAPI document a moment after it is Established.
+    def explain() -> str | None:
+        result = cluster.kubectl("explain", "jobqueue.spec", check=False)
+        return result.stdout if result.returncode == 0 else None
+
+    spec_doc = str(wait_until(explain, timeout_s=30, interval_s=0.5,
+                              message="kubectl explain jobqueue.spec"))
+    for field in ("redis", "worker", "autoscaling", "reaper", "api", "replicas"):
+        assert f"{field}\t" in spec_doc, spec_doc
+    field_doc = cluster.kubectl("explain", "jq.spec.autoscaling.targetBacklogPerReplica").stdout
+    assert "ceil(backlog / targetBacklogPerReplica)" in field_doc
+
+
+@pytest.mark.parametrize("name", ["jobqueue", "jobqueue-fixed"])
+def test_examples_are_accepted(cluster: Cluster, crds: None, namespace: str, name: str) -> None:
+    result = cluster.kubectl("apply", "--dry-run=server", "-o", "json", "-n", namespace,
+                             "-f", f"examples/{name}.yaml")
+    stored = json.loads(result.stdout)
+    assert parse(stored, namespace) == parse(example(name), namespace)
+
+
+def test_kubectl_apply_of_a_bad_jobqueue_names_the_field(cluster: Cluster, crds: None,
+                                                          namespace: str) -> None:
+    body = jobqueue(autoscaling={"minReplicas": 5, "maxReplicas": 2}, bogus=True)
+    result = cluster.apply(body, namespace=namespace, check=False)
+    assert result.returncode != 0
+    assert 'unknown field "spec.bogus"' in result.stderr, result.stderr
+    del body["spec"]["bogus"]
+    result = cluster.apply(body, namespace=namespace, check=False)
+    assert result.returncode != 0
+    assert ("spec.autoscaling.minReplicas: Invalid value" in result.stderr
+            and "must be <= spec.autoscaling.maxReplicas" in result.stderr), result.stderr
+    assert cluster.get("jobqueue", "emails", namespace) is None
+
+
+def test_defaults_appear_on_the_stored_object(cluster: Cluster, crds: None,
+                                              namespace: str) -> None:
+    body = jobqueue()
+    cluster.apply(body, namespace=namespace)
+    stored = cluster.get("jobqueue", "emails", namespace)
+    assert stored is not None
+    spec = stored["spec"]
+    assert spec["replicas"] == 1
+    assert spec["redis"] == {"urlSecretRef": {"name": "redis-url", "key": "url"},
+                             "prefix": "antre", "tls": False}
+    assert spec["autoscaling"] == {
+        "enabled": True, "minReplicas": 0, "maxReplicas": 10, "targetBacklogPerReplica": 100,
+        "activationBacklog": 0, "pollingIntervalSeconds": 5,
+        "scaleDownStabilizationSeconds": 60, "cooldownSeconds": 300}
+    assert spec["worker"]["backoff"] == {"baseSeconds": 1, "maxSeconds": 300}
+    assert spec["reaper"] == {"schedule": "* * * * *", "suspend": False}
+    assert spec["api"]["enabled"] is False
+    # The operator reads a bare spec (an object stored before a CRD upgrade added a default)
+    # exactly as the defaulted one.
+    assert parse(stored, namespace) == parse(body, namespace)
+
+
+GOOD = [
+    pytest.param({"redis": {"url": "redis://redis.antre:6380/0"}}, id="plain-url"),
+    pytest.param({"redis": {"url": "rediss://redis:6380/0?ssl_cert_reqs=none", "tls": True}},
+                 id="tls-url-with-options"),
+    pytest.param({"redis": {"url": "rediss+cluster://redis:6380/0", "tls": True}},
+                 id="tls-cluster-url"),
+    pytest.param({"autoscaling": {"enabled": False, "minReplicas": 5, "maxReplicas": 1},
+                  "replicas": 3}, id="fixed-replicas-ignores-range"),
+    pytest.param({"autoscaling": {"minReplicas": 0, "maxReplicas": 1}}, id="scale-to-zero"),
+    pytest.param({"worker": {"resources": {"requests": {"cpu": 1, "memory": "1Gi"}},
+                             "env": [{"name": "A", "value": "1"}],
+                             "tolerations": [{"key": "k", "operator": "Exists"}],
+                             "podAnnotations": {"team": "media"}}}, id="worker-extras"),
+    pytest.param({"api": {"enabled": True, "tokenSecretRef": {"name": "t"}}}, id="api"),
+]
+
+
+@pytest.mark.parametrize("changes", GOOD)
+def test_valid_jobqueues_are_accepted(cluster: Cluster, crds: None, module_namespace: str,
+                                      changes: dict[str, Any]) -> None:
+    body = jobqueue(**changes)
+    accepted, error, stored = dry_run_create(cluster, body, module_namespace)
+    assert accepted, error
+    assert stored is not None
+    parse(stored, module_namespace)  # the operator accepts what the API server accepts
+
+
+#: Unknown fields never reach the operator's parser (the server refuses or prunes them).
+UNKNOWN_FIELDS = [
+    pytest.param({"bogus": 1}, "spec.bogus", id="unknown-field"),
+    pytest.param({"worker": {"concurrenc": 4}}, "spec.worker.concurrenc", id="misspelt-field"),
+    pytest.param({"redis": {"urlSecretRef": {"name": "r", "keys": "url"}}},
+                 "spec.redis.urlSecretRef.keys", id="misspelt-nested-field"),
+]
+
+
+@pytest.mark.parametrize("changes, field", UNKNOWN_FIELDS)
+def test_unknown_fields_are_refused_by_the_api_server(
+        cluster: Cluster, crds: None, module_namespace: str, changes: dict[str, Any], field: str) -> None:
+    accepted, error, _ = dry_run_create(cluster, jobqueue(**changes), module_namespace)
+    assert not accepted
+    assert f'unknown field "{field}"' in error, error
+
+
+BAD = [
+    pytest.param({"redis": None}, "spec.redis", "Required value", id="no-redis"),
+    pytest.param({"worker": {"concurrency": 0}}, "spec.worker.concurrency",
+                 "should be greater than or equal to 1", id="concurrency-zero"),
+    pytest.param({"autoscaling": {"maxReplicas": 1001}}, "spec.autoscaling.maxReplicas",
+                 "should be less than or equal to 1000", id="max-too-high"),
+    pytest.param({"replicas": -1}, "spec.replicas", "should be greater than or equal to 0",
+                 id="negative-replicas"),
+    pytest.param({"api": {"serviceType": "ExternalName"}}, "spec.api.serviceType",
+                 "Unsupported value", id="bad-service-type"),
+    pytest.param({"redis": {"url": "http://redis:6380"}}, "spec.redis.url",
+                 "should match", id="wrong-scheme"),
+    pytest.param({"autoscaling": {"minReplicas": 5, "maxReplicas": 2}},
+                 "spec.autoscaling.minReplicas",
+                 "spec.autoscaling.minReplicas must be <= spec.autoscaling.maxReplicas",
+                 id="min-above-max"),
+    pytest.param({"redis": {"url": "redis://:hunter2@redis:6380/0"}}, "spec.redis.url",
+                 "spec.redis.url must not contain a password", id="password-in-url"),
+    pytest.param({"redis": {"url": "redis://user@redis:6380/0"}}, "spec.redis.url",
+                 "spec.redis.url must not contain a password", id="user-info"),
+    pytest.param({"redis": {"url": "redis://redis:6380/0?password=s3cret"}}, "spec.redis.url",
+                 "must not contain a password or username query parameter", id="password-query"),
+    pytest.param({"redis": {"url": "redis://r:6380", "urlSecretRef": {"name": "s"}}},
+                 "spec.redis", "give exactly one of spec.redis.url and spec.redis.urlSecretRef",
+                 id="both-urls"),
+    pytest.param({"redis": {"queue": "q"}}, "spec.redis",
+                 "give exactly one of spec.redis.url and spec.redis.urlSecretRef", id="no-url"),
+    pytest.param({"redis": {"url": "redis://r:6380", "tls": True}}, "spec.redis.tls",
+                 "spec.redis.tls requires a rediss:// or rediss+cluster:// URL",
+                 id="tls-without-rediss"),
+    pytest.param({"api": {"enabled": True}}, "spec.api.tokenSecretRef",
+                 "spec.api.tokenSecretRef is required", id="api-without-token"),
+    pytest.param({"worker": {"backoff": {"baseSeconds": 10, "maxSeconds": 5}}},
+                 "spec.worker.backoff.baseSeconds",
+                 "spec.worker.backoff.baseSeconds must be <= spec.worker.backoff.maxSeconds",
+                 id="backoff-inverted"),
+    pytest.param({"worker": {"backoff": {"baseSeconds": 0}}}, "spec.worker.backoff.baseSeconds",
+                 "should be greater than 0", id="backoff-base-zero"),
+    pytest.param({"reaper": {"schedule": "every minute"}}, "spec.reaper.schedule",
+                 "should match", id="cron-words"),
+    pytest.param({"reaper": {"schedule": "61 * * * *"}}, "spec.reaper.schedule",
+                 "the minute field takes 0-59", id="cron-minute-61"),
+    pytest.param({"reaper": {"schedule": "0 9-5 * * *"}}, "spec.reaper.schedule",
+                 "a range a-b needs a <= b", id="cron-reversed-range"),
+]
+
+
+@pytest.mark.parametrize("changes, field, message", BAD)
+def test_invalid_jobqueues_are_refused_by_the_api_server(
+        cluster: Cluster, crds: None, module_namespace: str, changes: dict[str, Any], field: str,
+        message: str) -> None:
+    body = jobqueue(**changes)
+    accepted, error, _ = dry_run_create(cluster, body, module_namespace)
+    assert not accepted
+    assert field in error and message in error, error
+    with pytest.raises(jobqueue_spec.InvalidSpec):  # and the operator, as a second line
+        parse(body, module_namespace)
+
+
+def test_too_long_names_are_refused(cluster: Cluster, crds: None, module_namespace: str) -> None:
+    accepted, error, _ = dry_run_create(cluster, jobqueue("x" * 46), module_namespace)
+    assert not accepted
+    assert "metadata.name must be at most 45 characters" in error, error
+
+
+ADMITTED_SCHEDULES = ["@hourly", "@daily", "@yearly", "@midnight", "* * * * *",
+                      "*/5 1-3 * * MON-FRI", "0 3 * JAN,jul sun", "*  * * * *", "0 3 * * * ",
+                      " 0 3 * * *", "0\t3 * *  *", "5/15 * ? * ?", "0 0 1-31/2 1-12 0-6",
+                      "05 03 01 01 00"]
+#: Refused by the CronJob API too: the CRD must not let them through to the operator.
+INVALID_SCHEDULES = ["@reboot", "* * * *", "* * * * * *", "every minute", "60 * * * *",
+                     "* 24 * * *", "* * 0 * *", "* * 32 * *", "* * * 13 *", "* * * * 7",
+                     "*/0 * * * *", "* * * FOO *", "TZ=UTC * * * * *",
+                     "- * * * *", "30-10 * * * *", "* * * * 5-1"]
+#: Accepted by the CronJob API but not by the CRD: macros with spaces or arguments, empty
+#: list items.
+STRICTER_SCHEDULES = ["@every 1m", "@midnight *", " @daily", "@daily ", "1,,2 * * * *"]
+
+
+def cronjob(schedule: str) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "probe"},
+            "spec": {"schedule": schedule, "jobTemplate": {"spec": {"template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "busybox"}]}}}}}}
+
+
+@pytest.mark.parametrize("schedule", ADMITTED_SCHEDULES)
+def test_schedules_the_crd_admits_the_cronjob_api_admits(
+        cluster: Cluster, crds: None, module_namespace: str, schedule: str) -> None:
+    accepted, error, _ = dry_run_create(cluster, jobqueue(reaper={"schedule": schedule}),
+                                        module_namespace)
+    assert accepted, error
+    accepted, error, _ = dry_run_create(cluster, cronjob(schedule), module_namespace)
+    assert accepted, error
+    assert parse(jobqueue(reaper={"schedule": schedule}), module_namespace).reaper.schedule == schedule
+
+
+@pytest.mark.parametrize("schedule", [
+    *(pytest.param(s, id=f"invalid:{s}") for s in INVALID_SCHEDULES),
+    *(pytest.param(s, id=f"stricter:{s}") for s in STRICTER_SCHEDULES)])
+def test_schedules_the_crd_refuses(cluster: Cluster, crds: None, module_namespace: str,
+                                   schedule: str) -> None:
+    accepted, error, _ = dry_run_create(cluster, jobqueue(reaper={"schedule": schedule}),
+                                        module_namespace)
+    assert not accepted
+    assert "spec.reaper.schedule" in error, error
+    with pytest.raises(jobqueue_spec.InvalidSpec, match=r"spec\.reaper\.schedule"):
+        parse(jobqueue(reaper={"schedule": schedule}), module_namespace)
+    if schedule in INVALID_SCHEDULES:
+        cron_accepted, _, _ = dry_run_create(cluster, cronjob(schedule), module_namespace)
+        assert not cron_accepted, "the CronJob API takes it: the CRD need not refuse it"
