@@ -56,13 +56,14 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def api_process(redis_url: str, *, token: str) -> Iterator[str]:
+def api_process(redis_url: str, *, token: str, queue: str) -> Iterator[str]:
     """``antre api`` on a free loopback port; yields its base URL once /healthz answers."""
     port = _free_port()
     env = {**os.environ, "ANTRE_API_TOKEN": token, "ANTRE_LOG_LEVEL": "WARNING"}
     process = subprocess.Popen(
         [sys.executable, "-m", "antre", "api", "--host", "127.0.0.1", "--port", str(port),
-         "--redis-url", redis_url], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+         "--redis-url", redis_url, "--queue", queue], env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE)
     base_url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 20
@@ -115,7 +116,7 @@ async def run_load(base_url: str, *, queue: str, total: int, concurrency: int,
 def measure(redis_url: str, *, total: int = 2000, concurrency: int = 20, queue: str = "bench",
             api_url: str | None = None, token: str = "bench-token") -> LoadResult:
     with contextlib.ExitStack() as stack:
-        base_url = api_url or stack.enter_context(api_process(redis_url, token=token))
+        base_url = api_url or stack.enter_context(api_process(redis_url, token=token, queue=queue))
         latencies, statuses, job_ids, seconds = asyncio.run(
             run_load(base_url, queue=queue, total=total, concurrency=concurrency, token=token))
     target = Queue.from_url(redis_url, queue)

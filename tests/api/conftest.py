@@ -11,20 +11,28 @@ from typing import Any
 
 import pytest
 import redis.asyncio
-from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from antre import api, settings
 from redis_servers import free_port
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+#: Queues the test APIs serve; a request for any other queue gets 403.
+SERVED = ("q", "emails", "default")
+
+
+def api_settings(**overrides: Any) -> api.ApiSettings:
+    """Settings serving SERVED; without a token, explicitly anonymous."""
+    values = {"queues": SERVED, **overrides}
+    values.setdefault("anonymous", "token" not in values)
+    return api.ApiSettings(**values)
 
 
 @contextlib.asynccontextmanager
-async def api_client_for(redis_url: str, **api_settings: Any) -> AsyncIterator[TestClient[Any, Any]]:
+async def api_client_for(redis_url: str, **settings_values: Any) -> AsyncIterator[TestClient[Any, Any]]:
     redis_client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
     app = api.create_app(redis_client, queue_template=settings.QueueSettings(),
-                         api_settings=api.ApiSettings(**api_settings))
+                         api_settings=api_settings(**settings_values))
     client: TestClient[Any, Any] = TestClient(TestServer(app))
     await client.start_server()
     try:
@@ -36,8 +44,8 @@ async def api_client_for(redis_url: str, **api_settings: Any) -> AsyncIterator[T
 
 @pytest.fixture
 async def client(redis_client: Any, redis_url: str) -> AsyncIterator[TestClient[Any, Any]]:
-    """No token configured; queue ``default`` reported by /metrics."""
-    async with api_client_for(redis_url, metrics_queues=("default",)) as test_client:
+    """No token (explicitly anonymous); serves SERVED."""
+    async with api_client_for(redis_url) as test_client:
         yield test_client
 
 
@@ -48,8 +56,9 @@ async def secured_client(redis_client: Any, redis_url: str) -> AsyncIterator[Tes
 
 
 @contextlib.contextmanager
-def running_api(redis_url: str, **api_settings: Any) -> Iterator[str]:
-    """A real API server on 127.0.0.1:<free port> in a background thread; yields its base URL."""
+def running_api(redis_url: str, **settings_values: Any) -> Iterator[str]:
+    """A real API server (api.start: the connection cap included) on 127.0.0.1:<free port> in a
+    background thread; yields its base URL."""
     port = free_port()
     loop = asyncio.new_event_loop()
     started = threading.Event()
@@ -57,11 +66,9 @@ def running_api(redis_url: str, **api_settings: Any) -> Iterator[str]:
 
     async def start() -> None:
         redis_client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
-        app = api.create_app(redis_client, api_settings=api.ApiSettings(**api_settings))
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        holder.update(runner=runner, redis=redis_client)
+        app = api.create_app(redis_client, api_settings=api_settings(**settings_values))
+        holder.update(running=await api.start(app, host="127.0.0.1", port=port),
+                      redis=redis_client)
 
     def serve() -> None:
         asyncio.set_event_loop(loop)
@@ -76,7 +83,7 @@ def running_api(redis_url: str, **api_settings: Any) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         async def stop() -> None:
-            await holder["runner"].cleanup()
+            await holder["running"].close()
             await holder["redis"].aclose()
 
         asyncio.run_coroutine_threadsafe(stop(), loop).result(10)

@@ -19,7 +19,7 @@ from .conftest import AUTH, TOKEN, running_api
 
 @pytest.fixture(scope="module")
 def api_schema(redis_server: RedisServer) -> Iterator[Any]:
-    with running_api(redis_server.url, token=TOKEN, metrics_queues=("default",)) as base_url:
+    with running_api(redis_server.url, token=TOKEN) as base_url:
         yield schemathesis.openapi.from_url(f"{base_url}/openapi.json")
 
 

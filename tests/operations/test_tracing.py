@@ -78,7 +78,7 @@ async def test_spans_follow_the_job_from_producer_to_worker(
     async def bad(job: Any) -> None:
         raise Permanent("broken input")
 
-    async with api_client_for(redis_url) as client:
+    async with api_client_for(redis_url, queues=("tq",)) as client:
         first = await (await client.post("/v1/queues/tq/jobs", json={
             "type": "ok", "resource_key": "acct-1"})).json()
         second = await (await client.post("/v1/queues/tq/jobs", json={"type": "bad"})).json()

@@ -1,18 +1,25 @@
 """The HTTP producer API (``antre api``): enqueue, job state, stats and the dead-letter list.
 
 An aiohttp application over :class:`antre.AsyncQueue`; the OpenAPI document it serves is built by
-:mod:`antre.openapi`, whose limits the validation here imports. Middlewares, outermost first:
+:mod:`antre.openapi`, whose limits the validation here imports. It fails closed: it serves only
+the queues it was started for (403 for any other), and needs a bearer token unless started with
+an explicit ``anonymous`` (``--no-auth``). Middlewares, outermost first:
 
 - ``errors``: every failure becomes a JSON ``{"error", "message"[, "field"]}`` body. Redis being
   unreachable is a 503 with ``Retry-After``; anything unexpected is logged with its traceback and
   answered with a bare 500 (no internals leak to clients).
-- ``auth``: with a token configured (env ``ANTRE_API_TOKEN``), ``/v1/`` needs
-  ``Authorization: Bearer <token>``, compared in constant time. Probes, /metrics and
-  /openapi.json stay open, as a kubelet or Prometheus cannot hold the token.
+- ``auth``: ``/v1/`` (and ``/metrics`` with ``metrics_auth``) needs ``Authorization: Bearer
+  <token>``, compared in constant time; no part of a wrong header is echoed. Probes and
+  /openapi.json stay open, as a kubelet cannot hold the token.
+- ``query``: query parameters the document does not list are refused with a 400 naming them.
+
+:func:`start` serves the app with a cap on open connections; a request body must arrive within
+``body_timeout_s``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hmac
 import json
@@ -39,10 +46,17 @@ log = logging.getLogger("antre.api")
 DEFAULT_PORT: Final = 8080
 #: Largest request body accepted; the payload limit of the queue (256 KiB) applies on top.
 DEFAULT_MAX_BODY_BYTES: Final = 1024 * 1024
+#: Seconds a client has to send a request body once its headers are in.
+DEFAULT_BODY_TIMEOUT_S: Final = 10.0
+#: Connections open at once; more are answered 503 and closed at once.
+DEFAULT_MAX_CONNECTIONS: Final = 512
+#: Seconds the rest of an unread body is drained after an early answer, before closing.
+LINGERING_S: Final = 1.0
 #: Seconds a client should wait after a 503 before retrying.
 RETRY_AFTER_S: Final = 1
-#: Paths served without the token: probes, scrapes and the API description.
-OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json"})
+#: Paths served without the token: probes and the API description (and /metrics unless
+#: ``metrics_auth``).
+OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/openapi.json"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -58,20 +72,49 @@ def _transient_refusal(exc: BaseException) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ApiSettings:
+    queues: tuple[str, ...]
+    """The queues this API serves (``antre api`` serves its ``--queue``); any other is a 403.
+    /metrics reports their depth."""
     token: str | None = None
-    """Bearer token required on /v1/; None or empty serves without authentication."""
+    """Bearer token required on /v1/; None only together with ``anonymous``."""
+    anonymous: bool = False
+    """Serve /v1/ without a token: an explicit choice, never the result of an empty token."""
+    metrics_auth: bool = False
+    """Require the token on /metrics too (give Prometheus the token); else /metrics is open."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     """Largest request body, in bytes; bigger bodies get 413."""
-    metrics_queues: tuple[str, ...] = ()
-    """Queues whose depth /metrics reports (read from Redis at each scrape)."""
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    """Seconds to receive a request body; a slower one gets 408 and the connection is closed."""
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    """Connections open at once (:func:`start`); more are answered 503 and closed."""
     retry_after_s: int = RETRY_AFTER_S
     """Value of Retry-After on 503 answers, in seconds."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_body_bytes, bool) or not isinstance(self.max_body_bytes, int) \
-                or self.max_body_bytes < 1:
+        if not self.queues:
+            raise errors.InvalidArgument("queues: empty; the API serves at least one queue")
+        for queue in self.queues:
+            keys.validate_queue_name(queue)
+        if self.token is not None and not self.token.strip():
             raise errors.InvalidArgument(
-                f"--max-body-bytes: got {self.max_body_bytes!r}; must be an integer >= 1")
+                "token: set but empty; an empty token would turn authentication off. Set "
+                "ANTRE_API_TOKEN to a secret, or choose --no-auth explicitly")
+        if self.token is None and not self.anonymous:
+            raise errors.InvalidArgument(
+                "token: missing; set ANTRE_API_TOKEN, or choose --no-auth to serve /v1/ "
+                "without authentication")
+        if self.token is not None and self.anonymous:
+            raise errors.InvalidArgument("token: given together with --no-auth; choose one")
+        if self.metrics_auth and self.token is None:
+            raise errors.InvalidArgument("--metrics-auth: needs a token (ANTRE_API_TOKEN)")
+        for name, minimum in (("max_body_bytes", 1), ("max_connections", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise errors.InvalidArgument(f"{name}: got {value!r}; must be an integer >= "
+                                             f"{minimum}")
+        if not 0 < self.body_timeout_s < math.inf:
+            raise errors.InvalidArgument(f"body_timeout_s: got {self.body_timeout_s!r}; must be "
+                                         "a number of seconds > 0")
 
 
 class BadRequest(Exception):
@@ -122,6 +165,10 @@ class ApiState:
             keys.validate_queue_name(name)
         except errors.InvalidArgument as exc:
             raise BadRequest(400, "invalid_argument", str(exc), field="queue") from None
+        if name not in self.settings.queues:
+            raise BadRequest(403, "queue_not_served", f"queue {name!r}: not served by this API "
+                             f"(it serves {', '.join(map(repr, self.settings.queues))})",
+                             field="queue")
         return AsyncQueue(self.redis, settings=dataclasses.replace(self.queue_template, name=name))
 
 
@@ -185,24 +232,31 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     return response
 
 
+_CHALLENGE: Final = {"WWW-Authenticate": 'Bearer realm="antre"'}
+
+
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    token = _state(request).settings.token
-    # Only the API under /v1/ is guarded: probes, scrapes and the document stay open, and an
+    api_settings = _state(request).settings
+    # /v1/ is guarded (and /metrics when asked); probes and the document stay open, and an
     # unknown path is a 404 with or without a token.
-    if not token or request.path in OPEN_PATHS or not request.path.startswith("/v1/"):
+    guarded = request.path.startswith("/v1/") or (
+        api_settings.metrics_auth and request.path == "/metrics")
+    if api_settings.token is None or not guarded or request.path in OPEN_PATHS:
         return await handler(request)
     header = request.headers.get("Authorization", "")
     scheme, _, given = header.partition(" ")
     if not header:
         raise BadRequest(401, "unauthorized", "Authorization: missing; send 'Bearer <token>'",
-                         headers={"WWW-Authenticate": 'Bearer realm="antre"'})
+                         headers=_CHALLENGE)
+    # Nothing of the header is echoed: a client that sent its token without the scheme would
+    # find it in logs and error reports downstream.
     if scheme.lower() != "bearer":
         raise BadRequest(401, "unauthorized",
-                         f"Authorization: scheme {scheme!r}; must be 'Bearer <token>'",
-                         headers={"WWW-Authenticate": 'Bearer realm="antre"'})
+                         "Authorization: not a bearer token; send 'Bearer <token>'",
+                         headers=_CHALLENGE)
     # compare_digest on bytes: constant time whatever the two lengths share.
-    if not hmac.compare_digest(given.strip().encode(), token.encode()):
+    if not hmac.compare_digest(given.strip().encode(), api_settings.token.encode()):
         raise BadRequest(401, "unauthorized", "Authorization: bearer token is wrong",
                          headers={"WWW-Authenticate":
                                   'Bearer realm="antre", error="invalid_token"'})
@@ -245,7 +299,13 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
     if request.content_length is not None and request.content_length > limit:
         raise BadRequest(413, "body_too_large",
                          f"request body: {request.content_length} bytes; must be at most {limit}")
-    raw = await request.read()  # client_max_size == limit: a chunked body over it raises 413
+    timeout_s = _state(request).settings.body_timeout_s
+    try:
+        # client_max_size == limit: a chunked body over it raises 413.
+        raw = await asyncio.wait_for(request.read(), timeout_s)
+    except TimeoutError:
+        raise BadRequest(408, "body_timeout", f"request body: not received within {timeout_s:g} "
+                         "seconds", headers={"Connection": "close"}) from None
     try:
         body = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -466,8 +526,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     state = _state(request)
-    if state.settings.metrics_queues:
-        await state.depth.refresh([state.queue(name) for name in state.settings.metrics_queues])
+    await state.depth.refresh([state.queue(name) for name in state.settings.queues])
     body = generate_latest(state.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -476,11 +535,10 @@ async def openapi_document(request: web.Request) -> web.Response:
     return web.json_response(request.app[OPENAPI_DOC])
 
 
-def create_app(redis_client: Any, *, queue_template: settings.QueueSettings | None = None,
-               api_settings: ApiSettings | None = None) -> web.Application:
+def create_app(redis_client: Any, *, api_settings: ApiSettings,
+               queue_template: settings.QueueSettings | None = None) -> web.Application:
     """The application. ``queue_template`` gives prefix and limits for every queue (its name
     is replaced by the one in the path)."""
-    api_settings = api_settings or ApiSettings()
     app = web.Application(middlewares=[error_middleware, auth_middleware, query_middleware],
                           client_max_size=api_settings.max_body_bytes)
     app[APP_STATE] = ApiState(redis_client, queue_template or settings.QueueSettings(),
@@ -496,3 +554,69 @@ def create_app(redis_client: Any, *, queue_template: settings.QueueSettings | No
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi_document)
     return app
+
+
+# -- serving -------------------------------------------------------------------------------------
+
+_REFUSAL_BODY: Final = json.dumps({"error": "too_many_connections",
+                                   "message": "the API has too many open connections; retry "
+                                              "later"}).encode()
+
+
+class _Refusal(asyncio.Protocol):
+    """Answers a connection over the limit with a 503, without parsing anything. It then
+    half-closes and drops what the client sends until the client closes (or 5 s pass): closing
+    at once with the request unread would reset the connection before the answer is read."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                        b"Retry-After: %d\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+                        % (RETRY_AFTER_S, len(_REFUSAL_BODY), _REFUSAL_BODY))
+        transport.write_eof()
+        asyncio.get_running_loop().call_later(5, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes itself
+
+
+@dataclass
+class RunningApi:
+    runner: web.AppRunner
+    server: asyncio.Server
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        return [sock.getsockname()[:2] for sock in self.server.sockets]
+
+    async def close(self) -> None:
+        """Stops accepting, lets requests in flight finish, closes Redis via app cleanup."""
+        self.server.close()
+        await self.runner.cleanup()
+
+
+async def start(app: web.Application, *, host: str, port: int) -> RunningApi:
+    """Serves ``app`` on ``host:port`` with at most ``max_connections`` connections open; an
+    OSError (port taken, address unknown) propagates."""
+    limit = app[APP_STATE].settings.max_connections
+    # After an answer sent before its body was read (408, 413), aiohttp drains what is left of
+    # the body before closing ("lingering", 10 s by default): a stalled client would keep its
+    # connection that long again. One second still lets a fast client read the answer.
+    runner = web.AppRunner(app, access_log=None, lingering_time=LINGERING_S)
+    await runner.setup()
+    handlers = runner.server
+    assert handlers is not None
+
+    def protocol() -> asyncio.Protocol:
+        return _Refusal() if len(handlers.connections) >= limit else handlers()
+
+    try:
+        server = await asyncio.get_running_loop().create_server(protocol, host, port,
+                                                                reuse_address=True)
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return RunningApi(runner=runner, server=server)

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 from urllib.parse import parse_qsl
 
 import redis
@@ -61,13 +61,22 @@ def _split(url: str) -> tuple[bool, str]:
     )
 
 
-def _options(**overrides: Any) -> dict[str, Any]:
+#: For TLS URLs: verify the certificate chain and that it names the host connected to. redis-py
+#: 6 made these its defaults; 5.x did not check the host name. Given here so no redis-py version
+#: connects to an impostor; a URL can still say otherwise (?ssl_check_hostname=false,
+#: ?ssl_cert_reqs=none) for a deliberate exception.
+TLS_VERIFICATION: Final = {"ssl_cert_reqs": "required", "ssl_check_hostname": True}
+
+
+def _options(url: str, **overrides: Any) -> dict[str, Any]:
     options: dict[str, Any] = {
         "decode_responses": True,
         "socket_timeout": SOCKET_TIMEOUT_S,
         "socket_connect_timeout": CONNECT_TIMEOUT_S,
         "health_check_interval": 30,
     }
+    if url.split("://", 1)[0].lower() == "rediss":
+        options.update(TLS_VERIFICATION)
     options.update(overrides)
     return options
 
@@ -81,10 +90,10 @@ def connect(url: str, **overrides: Any) -> Any:
     cluster, real_url = _split(url)
     try:
         if cluster:
-            options = _options(**overrides)
+            options = _options(real_url, **overrides)
             options.pop("health_check_interval", None)
             return redis.cluster.RedisCluster.from_url(real_url, **options)
-        return redis.Redis.from_url(real_url, **_options(**overrides))
+        return redis.Redis.from_url(real_url, **_options(real_url, **overrides))
     except (ValueError, redis.RedisError) as exc:
         raise errors.InvalidArgument(f"redis url {redact(url)!r}: {exc}") from None
 
@@ -94,10 +103,10 @@ def connect_async(url: str, **overrides: Any) -> Any:
     cluster, real_url = _split(url)
     try:
         if cluster:
-            options = _options(**overrides)
+            options = _options(real_url, **overrides)
             options.pop("health_check_interval", None)
             return redis.asyncio.cluster.RedisCluster.from_url(real_url, **options)
-        return redis.asyncio.Redis.from_url(real_url, **_options(**overrides))
+        return redis.asyncio.Redis.from_url(real_url, **_options(real_url, **overrides))
     except (ValueError, redis.RedisError) as exc:
         raise errors.InvalidArgument(f"redis url {redact(url)!r}: {exc}") from None
 

@@ -34,13 +34,14 @@ from antre import errors
 DEFAULT_PREFIX: Final = "antre"
 
 # Queue names end up inside a hash tag and in Kubernetes labels: keep them plain. The CRD's
-# schema and the operator use the same patterns.
+# schema and the operator use the same patterns. fullmatch, not match: '$' also matches before a
+# trailing newline, which would let "q\n" through into keys and headers.
 QUEUE_NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 PREFIX_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 
 
 def validate_queue_name(queue: str) -> str:
-    if not isinstance(queue, str) or not QUEUE_NAME_PATTERN.match(queue):
+    if not isinstance(queue, str) or not QUEUE_NAME_PATTERN.fullmatch(queue):
         raise errors.InvalidArgument(
             f"queue: got {queue!r}; must be 1-128 characters of letters, digits, '.', '_' or '-',"
             " starting with a letter or digit"
@@ -49,7 +50,7 @@ def validate_queue_name(queue: str) -> str:
 
 
 def validate_prefix(prefix: str) -> str:
-    if not isinstance(prefix, str) or not PREFIX_PATTERN.match(prefix):
+    if not isinstance(prefix, str) or not PREFIX_PATTERN.fullmatch(prefix):
         raise errors.InvalidArgument(
             f"prefix: got {prefix!r}; must be 1-64 characters of letters, digits, '.', '_', ':'"
             " or '-', starting with a letter or digit"

@@ -23,50 +23,89 @@ def configure(parser: argparse.ArgumentParser) -> None:
     # is a usage error of `antre api`, not a traceback of every other command.
     parser.add_argument("--port", type=int, default=env.get("ANTRE_API_PORT") or str(api.DEFAULT_PORT),
                         help="listen port (env ANTRE_API_PORT; default %(default)s)")
-    parser.add_argument("--host", default=env.get("ANTRE_API_HOST", "0.0.0.0"),
-                        help="listen address (env ANTRE_API_HOST; default %(default)s)")
+    parser.add_argument("--host", default=env.get("ANTRE_API_HOST"),
+                        help="listen address (env ANTRE_API_HOST; default 0.0.0.0, or 127.0.0.1 "
+                             "with --no-auth)")
+    parser.add_argument("--queues", default=env.get("ANTRE_API_QUEUES"),
+                        help="comma-separated queues to serve (env ANTRE_API_QUEUES; default: "
+                             "--queue only); requests for any other queue get 403")
+    parser.add_argument("--no-auth", action="store_true",
+                        help="serve /v1/ without a token (ANTRE_API_TOKEN must be unset); "
+                             "listens on 127.0.0.1 unless --host is given (default: off)")
+    parser.add_argument("--metrics-auth", action="store_true",
+                        default=env.get("ANTRE_API_METRICS_AUTH", "").lower() in ("1", "true"),
+                        help="require the token on /metrics too (env ANTRE_API_METRICS_AUTH=true; "
+                             "default: /metrics is open)")
     parser.add_argument("--max-body-bytes", type=int,
                         default=env.get("ANTRE_API_MAX_BODY_BYTES") or str(api.DEFAULT_MAX_BODY_BYTES),
                         help="largest request body (env ANTRE_API_MAX_BODY_BYTES; default "
                              "%(default)s)")
+    parser.add_argument("--body-timeout", type=float,
+                        default=env.get("ANTRE_API_BODY_TIMEOUT") or str(api.DEFAULT_BODY_TIMEOUT_S),
+                        help="seconds to receive a request body, else 408 (env "
+                             "ANTRE_API_BODY_TIMEOUT; default %(default)s)")
+    parser.add_argument("--max-connections", type=int,
+                        default=env.get("ANTRE_API_MAX_CONNECTIONS") or str(api.DEFAULT_MAX_CONNECTIONS),
+                        help="connections open at once; more get 503 (env ANTRE_API_MAX_CONNECTIONS; "
+                             "default %(default)s)")
     parser.add_argument("--log-level", default=env.get("ANTRE_LOG_LEVEL", "INFO"),
                         help="log level (env ANTRE_LOG_LEVEL; default %(default)s)")
 
 
 def token_from_env() -> str | None:
     """ANTRE_API_TOKEN without surrounding whitespace (a Secret made from a file often ends in a
-    newline, which no client sends back), or None when unset or blank."""
-    return (os.environ.get("ANTRE_API_TOKEN") or "").strip() or None
+    newline, which no client sends back); None when unset. Set but blank is an error: an empty
+    Secret key must not turn authentication off."""
+    raw = os.environ.get("ANTRE_API_TOKEN")
+    if raw is None:
+        return None
+    if not raw.strip():
+        raise errors.InvalidArgument(
+            "ANTRE_API_TOKEN: set but empty (or only whitespace); an empty token would turn "
+            "authentication off. Put a secret in it (e.g. openssl rand -hex 32), or unset it "
+            "and choose --no-auth")
+    return raw.strip()
+
+
+def api_settings_from_args(args: argparse.Namespace) -> api.ApiSettings:
+    token = token_from_env()
+    if args.no_auth and token is not None:
+        raise errors.InvalidArgument("--no-auth: ANTRE_API_TOKEN is set too; choose one")
+    queues = tuple(dict.fromkeys(q.strip() for q in (args.queues or args.queue).split(",")
+                                 if q.strip()))
+    return api.ApiSettings(queues=queues, token=token, anonymous=args.no_auth,
+                           metrics_auth=args.metrics_auth, max_body_bytes=args.max_body_bytes,
+                           body_timeout_s=args.body_timeout,
+                           max_connections=args.max_connections)
 
 
 def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
-    token = token_from_env()
-    if token is None:
-        log.warning("ANTRE_API_TOKEN is not set: /v1/ is served without authentication")
     if not 0 <= args.port <= 65535:
         raise errors.InvalidArgument(f"--port: got {args.port}; must be from 0 to 65535")
-    api_settings = api.ApiSettings(token=token, max_body_bytes=args.max_body_bytes,
-                                   metrics_queues=(args.queue,))
-    queue_template = settings.queue_settings_from_env(name=args.queue, prefix=args.prefix)
+    api_settings = api_settings_from_args(args)
+    host = args.host or ("127.0.0.1" if api_settings.anonymous else "0.0.0.0")
+    if api_settings.anonymous:
+        log.warning("serving /v1/ without authentication (--no-auth)", extra={"host": host})
+    queue_template = settings.queue_settings_from_env(name=api_settings.queues[0],
+                                                      prefix=args.prefix)
     redis_client = connection.connect_async(args.redis_url)
     app = api.create_app(redis_client, queue_template=queue_template, api_settings=api_settings)
-    asyncio.run(_serve(app, redis_client, host=args.host, port=args.port,
-                       redis_url=args.redis_url))
+    asyncio.run(_serve(app, redis_client, host=host, port=args.port,
+                       redis_url=args.redis_url, queues=api_settings.queues))
     return 0
 
 
 async def _serve(app: web.Application, redis_client: Any, *, host: str, port: int,
-                 redis_url: str) -> None:
+                 redis_url: str, queues: tuple[str, ...]) -> None:
     """Serves until SIGTERM or SIGINT, logging the start (once bound), the signal and the stop."""
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
     try:
         try:
-            await web.TCPSite(runner, host, port).start()
+            running = await api.start(app, host=host, port=port)
         except OSError as exc:
             raise listen_error("--port", host, port, exc) from None
-        log.info("api listening", extra={"addresses": [f"{a[0]}:{a[1]}" for a in runner.addresses],
+        log.info("api listening", extra={"addresses": [f"{h}:{p}" for h, p in running.addresses],
+                                         "queues": list(queues),
                                          "redis": connection.redact(redis_url)})
         received: asyncio.Future[signal.Signals] = asyncio.get_running_loop().create_future()
 
@@ -77,11 +116,11 @@ async def _serve(app: web.Application, redis_client: Any, *, host: str, port: in
         for sig in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().add_signal_handler(sig, on_signal, sig)
         log.info("api stopping", extra={"signal": (await received).name})
+        await running.close()  # finishes requests in flight, then closes
     finally:
-        await runner.cleanup()  # finishes requests in flight, then closes
         await redis_client.aclose()
     log.info("api stopped")
 
 
-COMMAND: Final = Command("api", "serve the HTTP producer API (token from env ANTRE_API_TOKEN)",
-                         configure, run)
+COMMAND: Final = Command("api", "serve the HTTP producer API for its queue (token from env "
+                         "ANTRE_API_TOKEN)", configure, run)

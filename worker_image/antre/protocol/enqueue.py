@@ -31,9 +31,11 @@ class NewJob:
 
 def encode(settings: QueueSettings, job: NewJob) -> list[ScriptArg]:
     """Validates one job and returns its 8 script arguments (the id is generated here)."""
-    if not isinstance(job.type, str) or not job.type or len(job.type) > 200:
+    if not isinstance(job.type, str) or not job.type or len(job.type) > 200 or any(
+            ord(char) < 32 or ord(char) == 127 for char in job.type):
         raise errors.InvalidArgument(
-            f"type: got {job.type!r}; must be a non-empty string of at most 200 characters"
+            f"type: got {job.type!r}; must be a non-empty string of at most 200 characters, "
+            "without control characters"
         )
     try:
         payload = json.dumps(job.payload, separators=(",", ":"), allow_nan=False)

@@ -1,0 +1,184 @@
+"""The API fails closed and is scoped to its queue (docs/security.md, "The HTTP API").
+
+Covers: settings refuse a blank token and a missing one without an explicit ``anonymous``;
+``antre api`` with ``ANTRE_API_TOKEN`` set but blank stops with one line, as it does without any
+token; ``--no-auth`` listens on 127.0.0.1 only; a token for queue A neither reads nor writes
+queue B (403, nothing written) and /metrics names only served queues; ``--metrics-auth`` guards
+/metrics; a body that stalls gets 408 and its connection closed; connections over the cap get
+503 at once while the others are served; names with a trailing newline are refused (400, not a
+500 after the write).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from antre import Queue, api, errors, keys
+from antre.commands import EXIT_USAGE
+from redis_servers import child_env, free_port, wait_until
+
+from .conftest import AUTH, TOKEN, api_client_for, running_api
+
+ANTRE = str(Path(sys.executable).parent / "antre")
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    pytest.param({"token": ""}, "token: set but empty", id="empty"),
+    pytest.param({"token": " \n"}, "token: set but empty", id="whitespace"),
+    pytest.param({}, "token: missing", id="none-without-anonymous"),
+    pytest.param({"token": TOKEN, "anonymous": True}, "choose one", id="both"),
+    pytest.param({"token": TOKEN, "queues": ()}, "queues: empty", id="no-queue"),
+    pytest.param({"token": TOKEN, "queues": ("q\n",)}, re.escape("queue: got 'q\\n'"),
+                 id="newline-queue"),
+])
+def test_settings_fail_closed(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(errors.InvalidArgument, match=message):
+        api.ApiSettings(**{"queues": ("q",), **values})
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    pytest.param({"ANTRE_API_TOKEN": ""}, "ANTRE_API_TOKEN: set but empty", id="empty-secret-key"),
+    pytest.param({"ANTRE_API_TOKEN": "  \n"}, "ANTRE_API_TOKEN: set but empty", id="blank"),
+    pytest.param({}, "token: missing; set ANTRE_API_TOKEN, or choose --no-auth", id="unset"),
+])
+def test_the_command_refuses_to_start_open(redis_url: str, env: dict[str, str],
+                                           message: str) -> None:
+    base = {k: v for k, v in child_env().items() if k != "ANTRE_API_TOKEN"}
+    proc = subprocess.run([ANTRE, "api", "--redis-url", redis_url, "--port", str(free_port())],
+                          env={**base, **env}, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == EXIT_USAGE
+    assert proc.stderr.startswith(f"antre api: {message}") and proc.stderr.count("\n") == 1
+
+
+def test_no_auth_listens_on_loopback_only(redis_url: str) -> None:
+    port = free_port()
+    env = {k: v for k, v in child_env().items() if k not in ("ANTRE_API_TOKEN", "ANTRE_API_HOST")}
+    proc = subprocess.Popen([ANTRE, "api", "--no-auth", "--redis-url", redis_url, "--port",
+                             str(port)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: _answers("127.0.0.1", port), timeout_s=20, message="API up")
+    finally:
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=30)
+    lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    listening = next(line for line in lines if line["msg"] == "api listening")
+    assert listening["addresses"] == [f"127.0.0.1:{port}"]
+    assert any("without authentication" in line["msg"] for line in lines)
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+async def test_a_token_for_one_queue_cannot_touch_another(redis_client: Any, redis_url: str) -> None:
+    other = Queue(redis_client, "billing")
+    dead_id = other.enqueue("t", max_attempts=1).job_id
+    async with api_client_for(redis_url, token=TOKEN, queues=("emails",)) as client:
+        assert (await client.post("/v1/queues/emails/jobs", json={"type": "t"},
+                                  headers=AUTH)).status == 202
+        for method, path, body in [
+            ("POST", "/v1/queues/billing/jobs", {"type": "t"}),
+            ("GET", f"/v1/queues/billing/jobs/{dead_id}", None),
+            ("GET", "/v1/queues/billing/stats", None),
+            ("GET", "/v1/queues/billing/dead", None),
+            ("POST", "/v1/queues/billing/dead/replay", {"all": True}),
+        ]:
+            response = await client.request(method, path, json=body, headers=AUTH)
+            assert response.status == 403, path
+            answer = await response.json()
+            assert (answer["error"], answer["field"]) == ("queue_not_served", "queue")
+            assert "it serves 'emails'" in answer["message"]
+        metrics = await (await client.get("/metrics")).text()
+    assert other.stats().ready == 1  # nothing enqueued by the refused POST
+    assert 'queue="emails"' in metrics and "billing" not in metrics
+
+
+async def test_metrics_behind_the_token_when_asked(redis_client: Any, redis_url: str) -> None:
+    async with api_client_for(redis_url, token=TOKEN, metrics_auth=True) as client:
+        assert (await client.get("/metrics")).status == 401
+        assert (await client.get("/metrics", headers=AUTH)).status == 200
+        assert (await client.get("/healthz")).status == 200
+
+
+def _raw_request(port: int, payload: bytes) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(payload)
+    return sock
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_a_stalled_body_gets_408_and_the_connection_closes(redis_client: Any,
+                                                          redis_url: str) -> None:
+    with running_api(redis_url, token=TOKEN, body_timeout_s=0.5) as base_url:
+        port = int(base_url.rsplit(":", 1)[1])
+        head = (f"POST /v1/queues/q/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"type\"")
+        began = time.monotonic()
+        with _raw_request(port, head.encode()) as sock:
+            answer = _read_all(sock)  # returns once the server closed the connection
+        waited = time.monotonic() - began
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b'"error": "body_timeout"' in answer
+    assert 0.4 < waited < 5
+    assert Queue(redis_client, "q").stats().ready == 0
+
+
+def test_connections_over_the_cap_get_503_at_once(redis_url: str) -> None:
+    with running_api(redis_url, token=TOKEN, max_connections=2) as base_url:
+        port = int(base_url.rsplit(":", 1)[1])
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+        try:
+            wait_until(lambda: _status(port) == 503, timeout_s=10,
+                       message="a third connection is refused while two are open")
+            with _raw_request(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n") as sock:
+                answer = _read_all(sock)
+            assert answer.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in answer
+            assert b"too_many_connections" in answer
+        finally:
+            for sock in idle:
+                sock.close()
+        wait_until(lambda: _status(port) == 200, timeout_s=10,
+                   message="served again once the idle connections closed")
+
+
+def _status(port: int) -> int:
+    with _raw_request(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") as sock:
+        return int(_read_all(sock).split(b" ", 2)[1])
+
+
+@pytest.mark.parametrize("name", ["q\n", "q\r\n", "emails\n"])
+def test_names_with_a_trailing_newline_are_refused(name: str) -> None:
+    with pytest.raises(errors.InvalidArgument):
+        keys.validate_queue_name(name)
+    with pytest.raises(errors.InvalidArgument):
+        keys.validate_prefix("antre" + name[1:])
+
+
+async def test_trailing_newlines_in_the_api_are_400(redis_client: Any, redis_url: str) -> None:
+    async with api_client_for(redis_url, token=TOKEN,
+                              queues=("q",)) as client:
+        response = await client.post("/v1/queues/q%0A/jobs", json={"type": "t"}, headers=AUTH)
+        assert response.status == 400 and (await response.json())["field"] == "queue"
+        response = await client.post("/v1/queues/q/jobs", json={"type": "t\n"}, headers=AUTH)
+        assert response.status == 400 and (await response.json())["field"] == "type"
+    assert redis_client.dbsize() == 0
+

@@ -1,0 +1,125 @@
+"""TLS to Redis (``rediss://``) against a real redis-server with a TLS port: the certificate
+must chain to a trusted CA and name the host connected to.
+
+Covers: a certificate for the host connects (sync and asyncio clients, as the CLI, the worker,
+the API and the operator's backlog reader use them); a certificate for another name is refused
+by both, and by ``antre stats`` with one line; a certificate from an untrusted CA is refused;
+``redis://`` at the TLS port and ``rediss://`` at the plain port fail with a hint.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+import trustme
+from antre import connection
+from antre.commands import EXIT_UNAVAILABLE
+from redis_servers import RedisServer, child_env, free_port
+
+ANTRE = str(Path(sys.executable).parent / "antre")
+
+
+@dataclass(frozen=True)
+class TlsRedis:
+    server: RedisServer
+    tls_port: int
+    ca_file: Path
+
+    def url(self, *, ca: bool = True) -> str:
+        query = f"?ssl_ca_certs={self.ca_file}&socket_timeout=2" if ca else "?socket_timeout=2"
+        return f"rediss://127.0.0.1:{self.tls_port}/0{query}"
+
+
+def tls_redis(tmp: Path, *names: str) -> Iterator[TlsRedis]:
+    """A redis-server with a plain port (to wait on) and a TLS port whose certificate, from a
+    fresh CA, names ``names``."""
+    ca = trustme.CA()
+    cert = ca.issue_cert(*names)
+    ca.cert_pem.write_to_path(str(tmp / "ca.pem"))
+    cert.private_key_pem.write_to_path(str(tmp / "server.key"))
+    cert.cert_chain_pems[0].write_to_path(str(tmp / "server.pem"))
+    tls_port = free_port()
+    server = RedisServer("--tls-port", str(tls_port), "--tls-cert-file", str(tmp / "server.pem"),
+                         "--tls-key-file", str(tmp / "server.key"), "--tls-ca-cert-file",
+                         str(tmp / "ca.pem"), "--tls-auth-clients", "no").start()
+    try:
+        yield TlsRedis(server=server, tls_port=tls_port, ca_file=tmp / "ca.pem")
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def right_name(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsRedis]:
+    yield from tls_redis(tmp_path_factory.mktemp("tls-right"), "127.0.0.1", "localhost")
+
+
+@pytest.fixture(scope="module")
+def wrong_name(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsRedis]:
+    yield from tls_redis(tmp_path_factory.mktemp("tls-wrong"), "redis.elsewhere.example")
+
+
+def test_a_certificate_for_the_host_connects(right_name: TlsRedis) -> None:
+    client = connection.connect(right_name.url())
+    try:
+        assert client.ping()
+        assert client.connection_pool.connection_kwargs["ssl_check_hostname"] is True
+    finally:
+        client.close()
+
+
+async def test_a_certificate_for_the_host_connects_asyncio(right_name: TlsRedis) -> None:
+    client = connection.connect_async(right_name.url())
+    try:
+        assert await client.ping()
+    finally:
+        await client.aclose()
+
+
+def test_a_certificate_for_another_name_is_refused(wrong_name: TlsRedis) -> None:
+    client = connection.connect(wrong_name.url())
+    try:
+        with pytest.raises(redis.ConnectionError, match=r"(?i)hostname|certificate"):
+            client.ping()
+    finally:
+        client.close()
+
+
+async def test_a_certificate_for_another_name_is_refused_asyncio(wrong_name: TlsRedis) -> None:
+    client = connection.connect_async(wrong_name.url())
+    try:
+        with pytest.raises(redis.ConnectionError, match=r"(?i)hostname|certificate"):
+            await client.ping()
+    finally:
+        await client.aclose()
+
+
+def test_an_untrusted_ca_is_refused(right_name: TlsRedis) -> None:
+    client = connection.connect(right_name.url(ca=False))
+    try:
+        with pytest.raises(redis.ConnectionError, match=r"(?i)certificate verify failed"):
+            client.ping()
+    finally:
+        client.close()
+
+
+def run_stats(url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ANTRE, "stats", "--redis-url", url], capture_output=True, text=True,
+                          env=child_env(), timeout=60, check=False)
+
+
+def test_the_command_line_names_the_certificate_problem(wrong_name: TlsRedis) -> None:
+    proc = run_stats(wrong_name.url())
+    assert proc.returncode == EXIT_UNAVAILABLE and proc.stderr.count("\n") == 1, proc.stderr
+    assert "certificate" in proc.stderr and "give the CA" in proc.stderr
+
+
+def test_plain_text_at_the_tls_port_hints_at_rediss(right_name: TlsRedis) -> None:
+    proc = run_stats(f"redis://127.0.0.1:{right_name.tls_port}/0?socket_timeout=2")
+    assert proc.returncode == EXIT_UNAVAILABLE and proc.stderr.count("\n") == 1, proc.stderr
+    assert "if the server expects TLS, use rediss://" in proc.stderr
