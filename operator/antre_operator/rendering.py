@@ -16,6 +16,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from antre import fields
+from antre.settings import QueueSettings, WorkerSettings
+
 from antre_operator import settings, spec
 
 #: The longest JobQueue name whose children all have valid names ("<name>-reaper" <= 52 chars,
@@ -90,11 +93,8 @@ def _redis_env(jq: spec.JobQueueSpec) -> list[dict[str, Any]]:
     else:
         # spec.py refused any plain URL with a password in it, so this value holds no secret.
         url = {"name": "ANTRE_REDIS_URL", "value": jq.redis.url}
-    return [
-        url,
-        {"name": "ANTRE_QUEUE", "value": jq.redis.queue},
-        {"name": "ANTRE_PREFIX", "value": jq.redis.prefix},
-    ]
+    return [url, *fields.env_entries(QueueSettings, {"name": jq.redis.queue,
+                                                     "prefix": jq.redis.prefix})]
 
 
 def _pod_name_env() -> dict[str, Any]:
@@ -103,15 +103,13 @@ def _pod_name_env() -> dict[str, Any]:
 
 
 def _job_policy_env(worker: spec.WorkerSpec) -> list[dict[str, Any]]:
-    env = [
-        {"name": "ANTRE_VISIBILITY_TIMEOUT", "value": str(worker.visibility_timeout_s)},
-        {"name": "ANTRE_MAX_ATTEMPTS", "value": str(worker.max_attempts)},
-        {"name": "ANTRE_BACKOFF_BASE", "value": f"{worker.backoff_base_s:g}"},
-        {"name": "ANTRE_BACKOFF_MAX", "value": f"{worker.backoff_max_s:g}"},
+    return [
+        *fields.env_entries(WorkerSettings, {"visibility_timeout_s": worker.visibility_timeout_s}),
+        *fields.env_entries(QueueSettings, {"max_attempts": worker.max_attempts}),
+        *fields.env_entries(WorkerSettings, {"backoff.base_s": worker.backoff_base_s,
+                                             "backoff.max_s": worker.backoff_max_s,
+                                             "job_timeout_s": worker.job_timeout_s}),
     ]
-    if worker.job_timeout_s is not None:
-        env.append({"name": "ANTRE_JOB_TIMEOUT", "value": str(worker.job_timeout_s)})
-    return env
 
 
 def _container_security() -> dict[str, Any]:
@@ -218,10 +216,10 @@ def render_worker_deployment(jq: spec.JobQueueSpec, owner_uid: str, *, replicas:
     worker = jq.worker
     env = [
         *_redis_env(jq),
-        {"name": "ANTRE_CONCURRENCY", "value": str(worker.concurrency)},
+        *fields.env_entries(WorkerSettings, {"concurrency": worker.concurrency}),
         *_job_policy_env(worker),
-        {"name": "ANTRE_GRACE_PERIOD", "value": str(worker.release_grace_s)},
-        {"name": "ANTRE_METRICS_PORT", "value": str(settings.WORKER_METRICS_PORT)},
+        *fields.env_entries(WorkerSettings, {"grace_period_s": worker.release_grace_s,
+                                             "metrics_port": settings.WORKER_METRICS_PORT}),
         _pod_name_env(),
     ]
     if worker.handlers:
@@ -312,7 +310,7 @@ def render_api_deployment(jq: spec.JobQueueSpec, owner_uid: str) -> Manifest:
         "args": ["api", "--port", str(settings.API_CONTAINER_PORT)],
         # The API stamps max_attempts into every job it enqueues.
         "env": [*_redis_env(jq), _secret_env("ANTRE_API_TOKEN", jq.api.token_secret),
-                {"name": "ANTRE_MAX_ATTEMPTS", "value": str(jq.worker.max_attempts)}],
+                *fields.env_entries(QueueSettings, {"max_attempts": jq.worker.max_attempts})],
         "ports": [{"name": "http", "containerPort": settings.API_CONTAINER_PORT,
                    "protocol": "TCP"}],
         "readinessProbe": readiness,

@@ -24,7 +24,6 @@ import dataclasses
 import hmac
 import json
 import logging
-import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -36,9 +35,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from antre import __version__, errors, keys, openapi, settings, tracing
+from antre import __version__, errors, fields, keys, openapi, settings, tracing
 from antre.client import AsyncQueue
 from antre.depth_metrics import DepthCollector
+from antre.fields import setting
 from antre.protocol.depth import Depth
 
 log = logging.getLogger("antre.api")
@@ -81,12 +81,17 @@ class ApiSettings:
     """Serve /v1/ without a token: an explicit choice, never the result of an empty token."""
     metrics_auth: bool = False
     """Require the token on /metrics too (give Prometheus the token); else /metrics is open."""
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    """Largest request body, in bytes; bigger bodies get 413."""
-    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
-    """Seconds to receive a request body; a slower one gets 408 and the connection is closed."""
-    max_connections: int = DEFAULT_MAX_CONNECTIONS
-    """Connections open at once (:func:`start`); more are answered 503 and closed."""
+    max_body_bytes: int = setting(
+        DEFAULT_MAX_BODY_BYTES, env="ANTRE_API_MAX_BODY_BYTES", flag="--max-body-bytes",
+        minimum=1, help="largest request body in bytes; bigger bodies get 413")
+    body_timeout_s: float = setting(
+        DEFAULT_BODY_TIMEOUT_S, env="ANTRE_API_BODY_TIMEOUT", flag="--body-timeout", minimum=0,
+        exclusive_minimum=True,
+        help="seconds to receive a request body once its headers are in; a slower one gets 408 "
+             "and the connection is closed")
+    max_connections: int = setting(
+        DEFAULT_MAX_CONNECTIONS, env="ANTRE_API_MAX_CONNECTIONS", flag="--max-connections",
+        minimum=1, help="connections open at once; one more is answered 503 and closed")
     retry_after_s: int = RETRY_AFTER_S
     """Value of Retry-After on 503 answers, in seconds."""
 
@@ -107,14 +112,7 @@ class ApiSettings:
             raise errors.InvalidArgument("token: given together with --no-auth; choose one")
         if self.metrics_auth and self.token is None:
             raise errors.InvalidArgument("--metrics-auth: needs a token (ANTRE_API_TOKEN)")
-        for name, minimum in (("max_body_bytes", 1), ("max_connections", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise errors.InvalidArgument(f"{name}: got {value!r}; must be an integer >= "
-                                             f"{minimum}")
-        if not 0 < self.body_timeout_s < math.inf:
-            raise errors.InvalidArgument(f"body_timeout_s: got {self.body_timeout_s!r}; must be "
-                                         "a number of seconds > 0")
+        fields.check(self)
 
 
 class BadRequest(Exception):
@@ -321,21 +319,9 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _type_name(value: Any) -> str:
-    return "null" if value is None else {bool: "boolean", int: "integer", float: "number",
-                                         str: "string", list: "array", dict: "object"}.get(
-        type(value), type(value).__name__)
-
-
 def _invalid(field: str, value: Any, allowed: str) -> BadRequest:
-    try:
-        shown = json.dumps(value)
-    except RecursionError:
-        shown = f"a deeply nested {_type_name(value)}"
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return BadRequest(400, "invalid_argument", f"{field}: got {shown} ({_type_name(value)}); "
-                      f"must be {allowed}", field=field)
+    return BadRequest(400, "invalid_argument", f"{field}: got {fields.shown(value)} "
+                      f"({fields.type_name(value)}); must be {allowed}", field=field)
 
 
 def _check_fields(body: dict[str, Any], allowed: tuple[str, ...]) -> None:
@@ -343,11 +329,6 @@ def _check_fields(body: dict[str, Any], allowed: tuple[str, ...]) -> None:
         if name not in allowed:
             raise BadRequest(400, "invalid_argument", f"{name}: unknown field; allowed: "
                              f"{', '.join(allowed)}", field=name)
-
-
-def _optional_str(body: dict[str, Any], name: str, max_len: int) -> str | None:
-    value = body.get(name)
-    return None if value is None else _text(value, name, max_len=max_len)
 
 
 def _int(value: Any, name: str, *, minimum: int, maximum: int) -> int:
@@ -368,49 +349,20 @@ def _text(value: Any, name: str, *, max_len: int) -> str:
     return value
 
 
-@dataclass(frozen=True, slots=True)
-class EnqueueRequest:
-    type: str
-    payload: Any
-    idempotency_key: str | None
-    resource_key: str | None
-    max_attempts: int | None
-    delay_s: float
-
-    @classmethod
-    def parse(cls, body: dict[str, Any]) -> EnqueueRequest:
-        _check_fields(body, ("type", "payload", "idempotency_key", "resource_key", "max_attempts",
-                             "delay_seconds"))
-        if "type" not in body:
-            raise BadRequest(400, "invalid_argument", "type: missing; must be the job type "
-                             "(a non-empty string of at most 200 characters)", field="type")
-        job_type = _text(body["type"], "type", max_len=200)
-        max_attempts = body.get("max_attempts")
-        if max_attempts is not None:
-            max_attempts = _int(max_attempts, "max_attempts", minimum=1,
-                                maximum=openapi.MAX_ATTEMPTS_LIMIT)
-        delay = body.get("delay_seconds")
-        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, int | float)
-                                  or not 0 <= delay <= openapi.MAX_DELAY_S or math.isnan(delay)):
-            raise _invalid("delay_seconds", delay,
-                           f"null or a number of seconds from 0 to {openapi.MAX_DELAY_S}")
-        return cls(type=job_type, payload=body.get("payload"),
-                   idempotency_key=_optional_str(body, "idempotency_key", 512),
-                   resource_key=_optional_str(body, "resource_key", 512),
-                   max_attempts=max_attempts, delay_s=float(delay or 0))
-
-
 # -- handlers ------------------------------------------------------------------------------------
 
 async def enqueue(request: web.Request) -> web.Response:
     state = _state(request)
     queue = state.queue(request.match_info["queue"])
-    job = EnqueueRequest.parse(await read_json_object(request))
+    try:
+        job = fields.parse_object(openapi.EnqueueRequest, await read_json_object(request))
+    except fields.BodyError as exc:
+        raise BadRequest(400, "invalid_argument", str(exc), field=exc.field) from None
     with tracing.span("antre.enqueue", {"antre.queue": queue.name, "antre.job.type": job.type}):
         try:
             result = await queue.enqueue(
                 job.type, job.payload, idempotency_key=job.idempotency_key,
-                resource_key=job.resource_key, max_attempts=job.max_attempts, delay=job.delay_s,
+                resource_key=job.resource_key, max_attempts=job.max_attempts, delay=job.delay_seconds or 0,
                 headers=tracing.inject() or None)
         except errors.PayloadTooLarge as exc:
             raise BadRequest(413, "payload_too_large", str(exc), field="payload") from None
@@ -424,7 +376,7 @@ async def enqueue(request: web.Request) -> web.Response:
     if result.created:
         state.enqueued.labels(queue.name, "created").inc()
         # The protocol counts whole milliseconds: a shorter delay enqueues the job as ready.
-        status = "scheduled" if int(job.delay_s * 1000) > 0 else "queued"
+        status = "scheduled" if int((job.delay_seconds or 0) * 1000) > 0 else "queued"
         return web.json_response({"job_id": result.job_id, "status": status, "created": True},
                                  status=202, headers={"Location": location})
     state.enqueued.labels(queue.name, "existing").inc()

@@ -6,14 +6,19 @@ import random
 from dataclasses import dataclass
 
 from antre import errors
+from antre.fields import setting
 
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
-    base_s: float = 1.0
-    """Delay scale of the first retry, in seconds."""
-    max_s: float = 300.0
-    """Cap on any single delay, in seconds."""
+    base_s: float = setting(
+        1.0, env="ANTRE_BACKOFF_BASE", flag="--backoff-base", minimum=0, exclusive_minimum=True,
+        label="backoff base",
+        help="retry delay scale in seconds: a retry waits uniform in [0, min(max, "
+             "base * 2^(attempt-1))]")
+    max_s: float = setting(
+        300.0, env="ANTRE_BACKOFF_MAX", flag="--backoff-max", minimum=0, label="backoff max",
+        help="cap on a retry delay in seconds, at least the base")
 
     def __post_init__(self) -> None:
         if not self.base_s > 0:

@@ -1,45 +1,55 @@
 """Settings of a queue (shared by producers and workers) and of a worker process.
 
-Frozen dataclasses with the unit in every name; ``from_env`` reads the ``ANTRE_*`` variables
-the Kubernetes manifests set, and every bad value is reported with its name and what is allowed.
+Frozen dataclasses with the unit in every name. Each setting is declared once, with its
+environment variable, flag, bounds and help text in the field's metadata (:mod:`antre.fields`);
+validation, ``from_env``, the command line's options, the operator's env entries and the docs
+tables are derived from it. Every bad value is reported with its name and what is allowed.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
-from antre import errors, keys
+from antre import fields, keys
 from antre.backoff import Backoff
+from antre.fields import nested, setting
+
+DAY_S = 86_400.0
 
 
 @dataclass(frozen=True, slots=True)
 class QueueSettings:
-    name: str = "default"
-    """Queue name; it becomes the Redis Cluster hash tag of every key of the queue."""
-    prefix: str = keys.DEFAULT_PREFIX
-    """First part of every key, to share one Redis between deployments."""
-    max_attempts: int = 5
-    """Runs a job gets by default before it is dead-lettered (a lost lease counts as one)."""
-    done_ttl_s: float = 86_400.0
-    """How long the record of a finished (done or cancelled) job is kept, in seconds."""
-    idempotency_ttl_s: float = 86_400.0
-    """How long an idempotency key deduplicates enqueues after the first, in seconds."""
-    idempotency_done_ttl_s: float = 86_400.0
-    """How long a completed key keeps turning re-runs into duplicates, in seconds."""
-    max_payload_bytes: int = 256 * 1024
-    """Largest encoded payload accepted by enqueue."""
+    name: str = setting(
+        "default", env="ANTRE_QUEUE", flag="--queue", label="queue",
+        validate=keys.validate_queue_name,
+        help="queue name; it becomes the Redis Cluster hash tag of every key of the queue")
+    prefix: str = setting(
+        keys.DEFAULT_PREFIX, env="ANTRE_PREFIX", flag="--prefix", validate=keys.validate_prefix,
+        help="first part of every key, to share one Redis between deployments")
+    max_attempts: int = setting(
+        5, env="ANTRE_MAX_ATTEMPTS", minimum=1,
+        help="runs a job enqueued without max_attempts gets before it is dead-lettered (a lost "
+             "lease counts as one); stored in each job at enqueue")
+    done_ttl_s: float = setting(
+        DAY_S, env="ANTRE_DONE_TTL", minimum=0,
+        help="seconds the record of a finished (done or cancelled) job is kept; 0 deletes it "
+             "at ack (the cheapest path)")
+    # Redis refuses a zero expiry, and a key that never dedupes is no idempotency key.
+    idempotency_ttl_s: float = setting(
+        DAY_S, env="ANTRE_IDEMPOTENCY_TTL", minimum=0.001,
+        help="seconds an idempotency key deduplicates enqueues after the first")
+    idempotency_done_ttl_s: float = setting(
+        DAY_S, env="ANTRE_IDEMPOTENCY_DONE_TTL", minimum=0.001,
+        help="seconds a completed idempotency key turns re-runs into duplicates")
+    max_payload_bytes: int = setting(
+        256 * 1024, env="ANTRE_MAX_PAYLOAD_BYTES", minimum=1,
+        help="largest encoded payload enqueue accepts, in bytes")
 
     def __post_init__(self) -> None:
-        keys.validate_queue_name(self.name)
-        keys.validate_prefix(self.prefix)
-        _check_int("max_attempts", self.max_attempts, minimum=1)
-        _check_int("max_payload_bytes", self.max_payload_bytes, minimum=1)
-        _check_number("done_ttl_s", self.done_ttl_s, minimum=0)
-        # Redis refuses a zero expiry, and a key that never dedupes is no idempotency key.
-        _check_number("idempotency_ttl_s", self.idempotency_ttl_s, minimum=0.001)
-        _check_number("idempotency_done_ttl_s", self.idempotency_done_ttl_s, minimum=0.001)
+        fields.check(self)
 
     @property
     def keys(self) -> keys.QueueKeys:
@@ -54,38 +64,41 @@ class QueueSettings:
 
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
-    concurrency: int = 16
-    """Jobs one worker process runs at once."""
-    visibility_timeout_s: float = 30.0
-    """Lease length: a job whose worker stops heartbeating is requeued this long after."""
-    job_timeout_s: float | None = None
-    """Longest a single run may take before it fails (and is retried); None = no limit."""
-    backoff: Backoff = field(default_factory=Backoff)
-    """Default retry delays; a handler can set its own."""
-    grace_period_s: float = 25.0
-    """On SIGTERM, how long running jobs may finish before they are released to the queue."""
-    reaper_interval_s: float = 5.0
-    """How often each worker runs a reaper pass (one process at a time per queue)."""
-    lock_defer_s: float = 1.0
-    """How long a job waits when its resource is locked by another job."""
-    lock_max_deferrals: int = 600
-    """Waits for a busy resource before the job is dead-lettered."""
-    metrics_port: int | None = None
-    """Port for /metrics and /healthz; None serves nothing."""
-    pod_name: str | None = None
-    """Name reported in the worker registry (POD_NAME, else the host name)."""
+    concurrency: int = setting(
+        16, env="ANTRE_CONCURRENCY", flag="--concurrency", minimum=1, maximum=10_000,
+        help="jobs one worker process runs at once")
+    visibility_timeout_s: float = setting(
+        30.0, env="ANTRE_VISIBILITY_TIMEOUT", flag="--visibility-timeout", minimum=1,
+        help="lease length in seconds: a job whose worker stops heartbeating is requeued this "
+             "long after; the heartbeat extends it every third of it")
+    job_timeout_s: float | None = setting(
+        None, env="ANTRE_JOB_TIMEOUT", flag="--job-timeout", minimum=0.001,
+        help="longest single run in seconds before it fails and is retried (separate from the "
+             "lease); none: no limit")
+    backoff: Backoff = nested(Backoff, help="default retry delays; a handler can set its own")
+    grace_period_s: float = setting(
+        25.0, env="ANTRE_GRACE_PERIOD", flag="--grace-period", minimum=0,
+        help="on SIGTERM, seconds running jobs may finish before they are released to the queue")
+    reaper_interval_s: float = setting(
+        5.0, env="ANTRE_REAPER_INTERVAL", flag="--reaper-interval", minimum=0.05,
+        help="seconds between in-process reaper passes (one process at a time per queue)")
+    lock_defer_s: float = setting(
+        1.0, env="ANTRE_LOCK_DEFER", flag="--lock-defer", minimum=0.001,
+        help="seconds a job waits when its resource is locked by another job")
+    lock_max_deferrals: int = setting(
+        600, env="ANTRE_LOCK_MAX_DEFERRALS", flag="--lock-max-deferrals", minimum=0,
+        help="waits for a busy resource before the job is dead-lettered")
+    metrics_port: int | None = setting(
+        None, env="ANTRE_METRICS_PORT", flag="--metrics-port", minimum=0, maximum=65535,
+        help="serve /metrics (Prometheus) and /healthz (unhealthy once a worker loop died) on "
+             "this port; none: off")
+    pod_name: str | None = setting(
+        None, env="POD_NAME",
+        help="name in the worker registry (the operator uses it to scale down idle pods "
+             "first); none: the host name")
 
     def __post_init__(self) -> None:
-        _check_int("concurrency", self.concurrency, minimum=1, maximum=10_000)
-        _check_number("visibility_timeout_s", self.visibility_timeout_s, minimum=1)
-        if self.job_timeout_s is not None:
-            _check_number("job_timeout_s", self.job_timeout_s, minimum=0.001)
-        _check_number("grace_period_s", self.grace_period_s, minimum=0)
-        _check_number("reaper_interval_s", self.reaper_interval_s, minimum=0.05)
-        _check_number("lock_defer_s", self.lock_defer_s, minimum=0.001)
-        _check_int("lock_max_deferrals", self.lock_max_deferrals, minimum=0)
-        if self.metrics_port is not None:
-            _check_int("metrics_port", self.metrics_port, minimum=0, maximum=65535)
+        fields.check(self)
 
     @property
     def lease_ms(self) -> int:
@@ -95,70 +108,22 @@ class WorkerSettings:
     def heartbeat_interval_s(self) -> float:
         return self.visibility_timeout_s / 3
 
-
-def _check_int(name: str, value: object, *, minimum: int, maximum: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (
-        maximum is not None and value > maximum
-    ):
-        allowed = f"an integer >= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
-        raise errors.InvalidArgument(f"{name}: got {value!r}; must be {allowed}")
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:
+        """Settings from the ``ANTRE_*`` variables (os.environ by default)."""
+        return worker_settings(fields.values_from_env(cls, os.environ if env is None else env))
 
 
-def _check_number(name: str, value: object, *, minimum: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= minimum:
-        raise errors.InvalidArgument(f"{name}: got {value!r}; must be a number >= {minimum}")
-
-
-ENV_VARS = {
-    "ANTRE_QUEUE": "queue name",
-    "ANTRE_PREFIX": "key prefix",
-    "ANTRE_MAX_ATTEMPTS": "max_attempts",
-    "ANTRE_CONCURRENCY": "concurrency",
-    "ANTRE_VISIBILITY_TIMEOUT": "visibility timeout, seconds",
-    "ANTRE_JOB_TIMEOUT": "job timeout, seconds",
-    "ANTRE_BACKOFF_BASE": "backoff base, seconds",
-    "ANTRE_BACKOFF_MAX": "backoff cap, seconds",
-    "ANTRE_GRACE_PERIOD": "graceful-shutdown period, seconds",
-    "ANTRE_METRICS_PORT": "metrics port",
-    "ANTRE_DONE_TTL": "how long finished records are kept, seconds",
-    "ANTRE_IDEMPOTENCY_TTL": "how long an idempotency key dedupes enqueues, seconds",
-    "ANTRE_IDEMPOTENCY_DONE_TTL": "how long a completed key turns re-runs into duplicates, seconds",
-    "ANTRE_MAX_PAYLOAD_BYTES": "largest encoded payload, bytes",
-    "ANTRE_LOCK_DEFER": "wait for a busy resource, seconds",
-    "ANTRE_LOCK_MAX_DEFERRALS": "waits for a busy resource before dead-lettering",
-}
-
-
-def env_value(env: Mapping[str, str], name: str, kind: type[int] | type[float]) -> int | float | None:
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return None
-    try:
-        return kind(raw)
-    except ValueError:
-        wanted = "an integer" if kind is int else "a number"
-        raise errors.InvalidArgument(f"{name}: got {raw!r}; must be {wanted}") from None
+def worker_settings(values: Mapping[str, Any]) -> WorkerSettings:
+    """WorkerSettings from ``{path: value}`` (:mod:`antre.fields`). A backoff base above the
+    default cap raises the cap with it, so ``--backoff-base 600`` alone is not an error."""
+    values = dict(values)
+    if "backoff.base_s" in values and "backoff.max_s" not in values:
+        values["backoff.max_s"] = max(Backoff().max_s, values["backoff.base_s"])
+    return fields.build(WorkerSettings, values)
 
 
 def queue_settings_from_env(env: Mapping[str, str] | None = None, **overrides: object) -> QueueSettings:
-    env = os.environ if env is None else env
-    values: dict[str, object] = {}
-    if env.get("ANTRE_QUEUE"):
-        values["name"] = env["ANTRE_QUEUE"]
-    if env.get("ANTRE_PREFIX"):
-        values["prefix"] = env["ANTRE_PREFIX"]
-    for name, field_name, kind in _QUEUE_ENV:
-        if (value := env_value(env, name, kind)) is not None:
-            values[field_name] = value
+    values = fields.values_from_env(QueueSettings, os.environ if env is None else env)
     values.update({k: v for k, v in overrides.items() if v is not None})
-    return QueueSettings(**values)  # type: ignore[arg-type]
-
-
-#: Environment variables for the numeric queue settings: (variable, field, type).
-_QUEUE_ENV: tuple[tuple[str, str, type[int] | type[float]], ...] = (
-    ("ANTRE_MAX_ATTEMPTS", "max_attempts", int),
-    ("ANTRE_DONE_TTL", "done_ttl_s", float),
-    ("ANTRE_IDEMPOTENCY_TTL", "idempotency_ttl_s", float),
-    ("ANTRE_IDEMPOTENCY_DONE_TTL", "idempotency_done_ttl_s", float),
-    ("ANTRE_MAX_PAYLOAD_BYTES", "max_payload_bytes", int),
-)
+    return QueueSettings(**values)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from antre import connection, errors, settings
+from antre import connection, errors, fields, settings
 from antre.client import Queue
 
 DEFAULT_URL: Final = "redis://127.0.0.1:6379/0"
@@ -64,10 +64,11 @@ def redis_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis-url", default=env.get("ANTRE_REDIS_URL", DEFAULT_URL),
                         help="Redis URL: redis://, rediss:// (TLS), unix://, redis+cluster:// "
                              "(env ANTRE_REDIS_URL; default %(default)s)")
-    parser.add_argument("--queue", default=env.get("ANTRE_QUEUE", "default"),
-                        help="queue name (env ANTRE_QUEUE; default %(default)s)")
-    parser.add_argument("--prefix", default=env.get("ANTRE_PREFIX", "antre"),
-                        help="key prefix (env ANTRE_PREFIX; default %(default)s)")
+    for path in ("name", "prefix"):  # --queue, --prefix
+        item = fields.entry(settings.QueueSettings, path)
+        assert item.spec.flag and item.spec.env
+        parser.add_argument(item.spec.flag, default=env.get(item.spec.env) or item.default,
+                            help=f"{item.spec.help} (env {item.spec.env}; default %(default)s)")
 
 
 def json_flag(parser: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from antre import api, connection, errors, logs, settings
+from antre import api, connection, errors, fields, logs, settings
 from antre.commands import Command, listen_error
 
 log = logging.getLogger("antre.api")
@@ -20,7 +20,8 @@ log = logging.getLogger("antre.api")
 def configure(parser: argparse.ArgumentParser) -> None:
     env = os.environ
     # String defaults: argparse converts them only when `api` runs, so a bad value in the env
-    # is a usage error of `antre api`, not a traceback of every other command.
+    # is a usage error of `antre api`, not a traceback of every other command (the settings'
+    # flags are converted by fields.values_from_args, naming the flag and the variable).
     parser.add_argument("--port", type=int, default=env.get("ANTRE_API_PORT") or str(api.DEFAULT_PORT),
                         help="listen port (env ANTRE_API_PORT; default %(default)s)")
     parser.add_argument("--host", default=env.get("ANTRE_API_HOST"),
@@ -36,18 +37,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         default=env.get("ANTRE_API_METRICS_AUTH", "").lower() in ("1", "true"),
                         help="require the token on /metrics too (env ANTRE_API_METRICS_AUTH=true; "
                              "default: /metrics is open)")
-    parser.add_argument("--max-body-bytes", type=int,
-                        default=env.get("ANTRE_API_MAX_BODY_BYTES") or str(api.DEFAULT_MAX_BODY_BYTES),
-                        help="largest request body (env ANTRE_API_MAX_BODY_BYTES; default "
-                             "%(default)s)")
-    parser.add_argument("--body-timeout", type=float,
-                        default=env.get("ANTRE_API_BODY_TIMEOUT") or str(api.DEFAULT_BODY_TIMEOUT_S),
-                        help="seconds to receive a request body, else 408 (env "
-                             "ANTRE_API_BODY_TIMEOUT; default %(default)s)")
-    parser.add_argument("--max-connections", type=int,
-                        default=env.get("ANTRE_API_MAX_CONNECTIONS") or str(api.DEFAULT_MAX_CONNECTIONS),
-                        help="connections open at once; more get 503 (env ANTRE_API_MAX_CONNECTIONS; "
-                             "default %(default)s)")
+    fields.add_arguments(parser, api.ApiSettings)  # body size and time, connections
     parser.add_argument("--log-level", default=env.get("ANTRE_LOG_LEVEL", "INFO"),
                         help="log level (env ANTRE_LOG_LEVEL; default %(default)s)")
 
@@ -74,9 +64,8 @@ def api_settings_from_args(args: argparse.Namespace) -> api.ApiSettings:
     queues = tuple(dict.fromkeys(q.strip() for q in (args.queues or args.queue).split(",")
                                  if q.strip()))
     return api.ApiSettings(queues=queues, token=token, anonymous=args.no_auth,
-                           metrics_auth=args.metrics_auth, max_body_bytes=args.max_body_bytes,
-                           body_timeout_s=args.body_timeout,
-                           max_connections=args.max_connections)
+                           metrics_auth=args.metrics_auth,
+                           **fields.values_from_args(api.ApiSettings, args, os.environ))
 
 
 def run(args: argparse.Namespace) -> int:

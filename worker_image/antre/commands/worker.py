@@ -9,57 +9,12 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import dataclass
 from typing import Any, Final
 
-from antre import connection, errors, handlers, logs, settings
-from antre.backoff import Backoff
+from antre import connection, errors, fields, handlers, logs, settings
 from antre.commands import Command, listen_error
 
 log = logging.getLogger("antre.worker")
-
-
-@dataclass(frozen=True, slots=True)
-class _Option:
-    """A worker option: its flag, its environment variable and the setting it becomes."""
-
-    flag: str
-    env: str
-    setting: str
-    kind: type[int] | type[float]
-    help: str
-
-    @property
-    def dest(self) -> str:
-        return self.flag[2:].replace("-", "_")
-
-    @property
-    def label(self) -> str:
-        return f"{self.flag} (env {self.env})"
-
-
-_WORKER_OPTIONS: Final = (
-    _Option("--concurrency", "ANTRE_CONCURRENCY", "concurrency", int,
-            "jobs run at once (default 16)"),
-    _Option("--visibility-timeout", "ANTRE_VISIBILITY_TIMEOUT", "visibility_timeout_s", float,
-            "lease length in seconds, at least 1 (default 30)"),
-    _Option("--job-timeout", "ANTRE_JOB_TIMEOUT", "job_timeout_s", float,
-            "longest run of one job in seconds (default: none)"),
-    _Option("--grace-period", "ANTRE_GRACE_PERIOD", "grace_period_s", float,
-            "seconds running jobs may finish on SIGTERM before they are released (default 25)"),
-    _Option("--reaper-interval", "ANTRE_REAPER_INTERVAL", "reaper_interval_s", float,
-            "seconds between in-process reaper passes (default 5)"),
-    _Option("--lock-defer", "ANTRE_LOCK_DEFER", "lock_defer_s", float,
-            "seconds a job waits when its resource is busy (default 1)"),
-    _Option("--lock-max-deferrals", "ANTRE_LOCK_MAX_DEFERRALS", "lock_max_deferrals", int,
-            "waits for a busy resource before the job is dead-lettered (default 600)"),
-    _Option("--metrics-port", "ANTRE_METRICS_PORT", "metrics_port", int,
-            "serve /metrics and /healthz on this port (default: off)"),
-    _Option("--backoff-base", "ANTRE_BACKOFF_BASE", "base_s", float,
-            "first retry delay scale in seconds (default 1)"),
-    _Option("--backoff-max", "ANTRE_BACKOFF_MAX", "max_s", float,
-            "cap on a retry delay in seconds (default 300)"),
-)
 
 
 def handler_modules(values: list[str]) -> list[str]:
@@ -73,10 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--handlers", action="append", default=None,
                         help="module(s) that register handlers, comma-separated or repeated "
                              "(env ANTRE_HANDLERS); the current directory is importable")
-    for option in _WORKER_OPTIONS:
-        # Converted in worker_settings_from_args, so a bad value names the flag AND the variable.
-        parser.add_argument(option.flag, default=env.get(option.env),
-                            help=f"{option.help}; env {option.env}")
+    fields.add_arguments(parser, settings.WorkerSettings)
     parser.add_argument("--log-level", default=env.get("ANTRE_LOG_LEVEL", "INFO"),
                         help="INFO logs every outcome; WARNING drops the per-job lines (process "
                              "start, stop and signals are always logged) (env ANTRE_LOG_LEVEL; "
@@ -84,35 +36,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def worker_settings_from_args(args: argparse.Namespace) -> settings.WorkerSettings:
-    values: dict[str, Any] = {}
-    backoff: dict[str, float] = {}
-    for option in _WORKER_OPTIONS:
-        raw = getattr(args, option.dest)
-        if raw is None or raw == "":
-            continue
-        try:
-            value = option.kind(raw)
-        except ValueError:
-            wanted = "an integer" if option.kind is int else "a number"
-            raise errors.InvalidArgument(f"{option.label}: got {raw!r}; must be {wanted}") from None
-        (backoff if option.flag.startswith("--backoff") else values)[option.setting] = value
-    try:
-        if backoff:
-            default = Backoff()
-            base_s = backoff.get("base_s", default.base_s)
-            values["backoff"] = Backoff(base_s=base_s,
-                                        max_s=backoff.get("max_s", max(default.max_s, base_s)))
-        return settings.WorkerSettings(**values)
-    except errors.InvalidArgument as exc:
-        # The settings name their fields; a user typed a flag or set a variable.
-        message = str(exc)
-        for option in _WORKER_OPTIONS:
-            field = {"base_s": "backoff base", "max_s": "backoff max"}.get(option.setting,
-                                                                         option.setting)
-            if message.startswith(field + ":"):
-                message = option.label + message[len(field):]
-                break
-        raise errors.InvalidArgument(message) from None
+    """Flags, else ANTRE_* variables, else defaults; messages name the flag and the variable."""
+    return settings.worker_settings(
+        fields.values_from_args(settings.WorkerSettings, args, os.environ))
 
 
 def run(args: argparse.Namespace) -> int:
