@@ -225,7 +225,7 @@ def analyse(report: ChaosReport, r: Any, settings: antre.QueueSettings, ids: lis
             job_id, kind = line.split()
             effects[(job_id, kind)] += 1
 
-    dead_ids = set(r.lrange(settings.keys.dead, 0, -1))
+    dead_ids = set(r.zrange(settings.keys.dead, 0, -1))
     report.dead, report.permanent = len(dead_ids), len(permanent)
     report.dead_not_permanent = sorted(dead_ids - permanent)
     report.permanent_not_dead = sorted(permanent - dead_ids)

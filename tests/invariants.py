@@ -3,17 +3,22 @@
 ``assert_invariants(redis_client, queue_settings)`` is called after every protocol scenario and by
 the fault tests once the system is quiet. It checks, for one queue:
 
-- no id appears twice in the ready list, the processing set, the retry set or the dead list, and no
-  id is in two of them;
+- no id appears twice in the ready list, the processing set, the retry set or the dead letters,
+  and no id is in two of them;
 - every job record sits exactly where its status says: queued -> ready list, processing -> processing
-  set, scheduled/retrying -> retry set, dead -> dead list, done/cancelled -> none of them;
-- every id in a list or set has a record (nothing points at a vanished job);
+  set, scheduled/retrying -> retry set, dead -> dead letters, done/cancelled -> none of them, except
+  that a cancelled job's id may stay in the ready list until a claim pops and drops it;
+- every id in a list or set has a record (nothing points at a vanished job), except those
+  cancelled ids in the ready list, whose record may have expired;
+- a record without an id is only the stub an ack leaves with done_ttl_s=0 (status done);
 - counters are consistent: 0 <= attempt <= max_attempts, attempt <= lease (each claim bumps both,
   only release and replay give an attempt back), a processing job holds a lease >= 1 with
   attempt >= 1, a job waiting to run has an attempt left;
-- a resource lock is held by ``<id>:<lease>`` of a job that is processing under that very lease
-  (every terminal transition frees its lock, so none dangles);
-- an idempotency marker is ``<id>`` or ``<id>|done``, and a job that succeeded has its key marked done.
+- a resource lock is held by ``<id>:<lease>`` of a job that is processing under that very lease,
+  or that keeps it for that lease (``lock_kept``: a thread still running after its job was
+  settled); every other transition frees its lock, so none dangles;
+- an idempotency marker is ``<id>[|<digest>]``, then ``...|done``; a job that succeeded has its key
+  marked done, and a live job's key does not expire before the job.
 
 ``redis_client`` must decode responses (the shared ``redis_client`` fixture does).
 """
@@ -50,6 +55,8 @@ class Snapshot:
     jobs: dict[str, dict[str, str]]
     locks: dict[str, str] = field(default_factory=dict)
     idempotency: dict[str, str] = field(default_factory=dict)
+    #: Idempotency keys with a TTL (ms left), the others have none.
+    idempotency_ttl: dict[str, int] = field(default_factory=dict)
 
     def count(self, status: str) -> int:
         return sum(1 for fields in self.jobs.values() if fields.get("status") == status)
@@ -71,18 +78,20 @@ def snapshot(redis_client: Any, queue_settings: QueueSettings) -> Snapshot:
             jobs[key[len(k.job_prefix):]] = fields
     locks = {key[len(k.lock_prefix):]: redis_client.get(key)
              for key in _scan(redis_client, base_pattern + "lock:*")}
-    idem = {key[len(k.idempotency_prefix):]: redis_client.get(key)
-            for key in _scan(redis_client, base_pattern + "idem:*")}
+    idem_keys = _scan(redis_client, base_pattern + "idem:*")
+    idem = {key[len(k.idempotency_prefix):]: redis_client.get(key) for key in idem_keys}
+    idem_ttl = {key[len(k.idempotency_prefix):]: redis_client.pttl(key) for key in idem_keys}
     return Snapshot(
         ready=redis_client.lrange(k.ready, 0, -1),
         processing={member: score for member, score in processing},
         processing_order=[member for member, _ in processing],
         retry={member: score for member, score in retry},
         retry_order=[member for member, _ in retry],
-        dead=redis_client.lrange(k.dead, 0, -1),
+        dead=redis_client.zrange(k.dead, 0, -1),
         jobs=jobs,
         locks={name: value for name, value in locks.items() if value is not None},
         idempotency={name: value for name, value in idem.items() if value is not None},
+        idempotency_ttl={name: ttl for name, ttl in idem_ttl.items() if ttl >= 0},
     )
 
 
@@ -91,6 +100,10 @@ def violations(snap: Snapshot, *, check_locks: bool = True) -> list[str]:
     problems: list[str] = []
     places = {"ready": snap.ready, "processing": snap.processing_order, "retry": snap.retry_order,
               "dead": snap.dead}
+    # A cancelled job's id is left in the ready list for a claim to drop (removing it would
+    # scan the list); its record may have expired since.
+    places["ready"] = [job_id for job_id in snap.ready
+                       if snap.jobs.get(job_id, {}).get("status", "cancelled") != "cancelled"]
     seen: dict[str, list[str]] = {}
     for place, ids in places.items():
         for job_id, n in Counter(ids).items():
@@ -108,6 +121,8 @@ def violations(snap: Snapshot, *, check_locks: bool = True) -> list[str]:
         if status not in _WHERE:
             problems.append(f"{job_id}: unknown status {status!r}")
             continue
+        if "id" not in fields and status == "done" and job_id not in seen:
+            continue  # the stub of an ack with done_ttl_s=0, for a retried ack
         if fields.get("id") != job_id:
             problems.append(f"{job_id}: record id field is {fields.get('id')!r}")
         wanted = _WHERE[status]
@@ -141,6 +156,8 @@ def violations(snap: Snapshot, *, check_locks: bool = True) -> list[str]:
         for resource, holder in snap.locks.items():
             job_id, _, lease = holder.rpartition(":")
             fields = snap.jobs.get(job_id)
+            if fields is not None and fields.get("lock_kept") == lease:
+                continue  # kept for a run still going after its job was settled (a thread)
             if fields is None or fields.get("status") != "processing" or fields.get("lease") != lease:
                 state = None if fields is None else (fields.get("status"), fields.get("lease"))
                 problems.append(f"lock {resource}: held by {holder!r}, but that job is {state}")
@@ -149,12 +166,18 @@ def violations(snap: Snapshot, *, check_locks: bool = True) -> list[str]:
                                 f"{fields.get('resource_key')!r}")
 
     for key, marker in snap.idempotency.items():
-        job_id = marker[:-5] if marker.endswith("|done") else marker
-        if not job_id or "|" in job_id:
+        done = marker.endswith("|done")
+        job_id, _, digest = (marker[:-5] if done else marker).partition("|")
+        if not job_id or "|" in digest:
             problems.append(f"idempotency key {key}: malformed marker {marker!r}")
-        elif job_id in snap.jobs and snap.jobs[job_id].get("idempotency_key") != key:
+        elif job_id in snap.jobs and "id" in snap.jobs[job_id] and (
+                snap.jobs[job_id].get("idempotency_key") != key):
             problems.append(f"idempotency key {key}: points at {job_id}, whose key is "
                             f"{snap.jobs[job_id].get('idempotency_key')!r}")
+        elif (not done and key in snap.idempotency_ttl and job_id in snap.jobs
+              and snap.jobs[job_id].get("status") not in ("done", "cancelled")):
+            problems.append(f"idempotency key {key}: expires in {snap.idempotency_ttl[key]} ms "
+                            f"while its job {job_id} is live")
     return problems
 
 

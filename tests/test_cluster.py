@@ -138,7 +138,7 @@ def test_protocol_operations_over_the_cluster(
         # claim + ack
         claimed = scripts.run(client, claim_op(settings, short_lease, worker_id="w1", max_jobs=2)).jobs
         assert [job.id for job in claimed] == [first.job_id, many[0].job_id], "FIFO"
-        acks = scripts.run(client, ack_op(settings, [(j.id, j.lease) for j in claimed], worker_id="w1"))
+        acks = scripts.run(client, ack_op(settings, [(j.id, j.lease) for j in claimed], worker_id="w1")).held
         assert acks == [True, True]
         assert queue.get(first.job_id).status == "done"
 
@@ -150,7 +150,7 @@ def test_protocol_operations_over_the_cluster(
         assert queue.get(job.id).status == "retrying"
         [again] = scripts.run(client, claim_op(settings, short_lease, worker_id="w2", max_jobs=1)).jobs
         assert again.id == job.id and again.attempt == 2
-        assert scripts.run(client, ack_op(settings, [(again.id, again.lease)], worker_id="w2")) == [True]
+        assert scripts.run(client, ack_op(settings, [(again.id, again.lease)], worker_id="w2")).held == [True]
 
         # reap: a lease left to expire is requeued, and its late ack refused
         [lost] = scripts.run(client, claim_op(settings, short_lease, worker_id="w3", max_jobs=1)).jobs
@@ -158,7 +158,7 @@ def test_protocol_operations_over_the_cluster(
                    message="the lease to expire")
         assert queue.reap().requeued == 1
         assert queue.get(lost.id).status == "queued"
-        assert scripts.run(client, ack_op(settings, [(lost.id, lost.lease)], worker_id="w3")) == [False]
+        assert scripts.run(client, ack_op(settings, [(lost.id, lost.lease)], worker_id="w3")).held == [False]
 
         depth = queue.stats()
         assert (depth.ready, depth.processing, depth.scheduled, depth.dead) == (3, 0, 0, 0)

@@ -59,7 +59,7 @@ def test_job_that_kills_its_worker_ends_dead_after_max_attempts(
         ("enqueued", 0), ("claimed", 1), ("lease_expired", 1), ("claimed", 2),
         ("lease_expired", 2), ("claimed", 3), ("dead", 3)]
     assert [e.worker for e in info.history if e.event == "claimed"] == worker_ids
-    assert fault_client.lrange(queue_settings.keys.dead, 0, -1) == [job_id]
+    assert fault_client.zrange(queue_settings.keys.dead, 0, -1) == [job_id]
     assert queue.stats().dead == 1
 
     # The queue goes on: a new worker serves the next job and leaves the dead one alone.

@@ -138,11 +138,11 @@ def test_ack_retried_after_its_reply_was_lost_reports_held(
     [claimed] = scripts.run(fault_client, claim_op(
         queue_settings, WorkerSettings(), worker_id="w", max_jobs=1)).jobs
     lease = (job_id, claimed.lease)
-    assert scripts.run(fault_client, ack_op(queue_settings, [lease], worker_id="w")) == [True]
+    assert scripts.run(fault_client, ack_op(queue_settings, [lease], worker_id="w")).held == [True]
     before = fault_client.hgetall(queue_settings.keys.job(job_id))
-    assert scripts.run(fault_client, ack_op(queue_settings, [lease], worker_id="w")) == [True]
+    assert scripts.run(fault_client, ack_op(queue_settings, [lease], worker_id="w")).held == [True]
     stale = (job_id, claimed.lease - 1)
-    assert scripts.run(fault_client, ack_op(queue_settings, [stale], worker_id="w")) == [False]
+    assert scripts.run(fault_client, ack_op(queue_settings, [stale], worker_id="w")).held == [False]
     assert fault_client.hgetall(queue_settings.keys.job(job_id)) == before, "retries change nothing"
     assert queue.stats().counters["done"] == 1
     check_invariants(fault_client, queue_settings)

@@ -8,11 +8,14 @@ Redis clock (``server_ms``).
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
 from antre.protocol import scripts
 from antre.settings import QueueSettings
+
+_DEAD_ORDER = itertools.count()
 
 #: Job hash fields that hold a time; ``dump`` leaves them out (tests check them by bounds).
 TIME_FIELDS = {"created_at", "updated_at", "queued_at", "died_at", "finished_at"}
@@ -54,7 +57,8 @@ def seed_job(r: Any, qs: QueueSettings, job_id: str, *, status: str = "queued", 
     elif status in ("scheduled", "retrying"):
         r.zadd(k.retry, {job_id: now - 1 if score_ms is None else score_ms})
     elif status == "dead":
-        r.lpush(k.dead, job_id)
+        # Scored in microseconds, as the scripts do; seeded later means died later.
+        r.zadd(k.dead, {job_id: now * 1000 + next(_DEAD_ORDER)})
 
 
 def history(fields: dict[str, str]) -> list[str]:
@@ -72,7 +76,7 @@ def dump(r: Any, qs: QueueSettings) -> dict[str, Any]:
         "ready": r.lrange(k.ready, 0, -1),
         "processing": r.zrange(k.processing, 0, -1),
         "retry": r.zrange(k.retry, 0, -1),
-        "dead": r.lrange(k.dead, 0, -1),
+        "dead": r.zrevrange(k.dead, 0, -1),  # newest first
         "stats": {name: int(v) for name, v in r.hgetall(k.stats).items()},
         "jobs": {},
         "locks": {},

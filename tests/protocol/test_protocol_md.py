@@ -33,7 +33,7 @@ def test_the_documented_multi_block_enqueues_a_job_a_worker_runs(redis_client) -
     [job] = scripts.run(redis_client, claim_op(qs, WorkerSettings(), worker_id="w", max_jobs=5)).jobs
     assert (job.type, job.payload_json, job.attempt, job.max_attempts) == (
         "send_email", '{"to":"ana@example.com"}', 1, 5)
-    assert scripts.run(redis_client, ack_op(qs, [(job.id, job.lease)], worker_id="w")) == [True]
+    assert scripts.run(redis_client, ack_op(qs, [(job.id, job.lease)], worker_id="w")).held == [True]
     info = Queue(redis_client, settings=qs).get(job.id)
     assert [event.event for event in info.history] == ["enqueued", "claimed", "acked"]
     assert_invariants(redis_client, qs)

@@ -1,6 +1,7 @@
-"""A hypothesis state machine over the protocol: random sequences of enqueue, claim, ack with the
-current or a stale token, fail, release, lease expiry + reap, replay and cancel. After every step
-the queue invariant holds and every job's status and attempt match a plain Python model."""
+"""A hypothesis state machine over the protocol: random sequences of enqueue (an idempotency key
+reused for the same or another payload), claim, ack with the current or a stale token, fail,
+release, lease expiry + reap, replay and cancel. After every step the queue invariant holds and
+every job's status and attempt match a plain Python model."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from antre.protocol import scripts
 from antre.protocol.ack import ack_op
 from antre.protocol.claim import claim_op
 from antre.protocol.fail import fail_op
-from antre.protocol.release import release_op
+from antre.protocol.release import FREE_RELEASES, release_op
 from antre.settings import QueueSettings, WorkerSettings
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -38,6 +39,7 @@ class Model:
     idem: str | None = None
     #: For retrying jobs: whether the retry is already due (delay 0) or far away.
     due: bool = True
+    releases: int = 0
 
 
 def build_machine(r):
@@ -48,13 +50,24 @@ def build_machine(r):
             self.queue = Queue(r, settings=QS)
             self.jobs: dict[str, Model] = {}
             self.markers: dict[str, str] = {}  # idempotency key -> job id
+            self.payloads: dict[str, int] = {}  # idempotency key -> the payload it was used for
 
         def ids(self, *statuses):
             return sorted(i for i, m in self.jobs.items() if m.status in statuses)
 
-        @rule(idem=st.sampled_from([None, None, "k1", "k2"]), delay=st.sampled_from([0, 0, 60]))
-        def enqueue(self, idem, delay):
-            result = self.queue.enqueue("t", {"d": delay}, idempotency_key=idem, delay=delay)
+        def tombstones(self):
+            """Ids of cancelled jobs still in the ready list (a claim pops and drops them)."""
+            return sum(1 for job_id in r.lrange(QS.keys.ready, 0, -1)
+                       if self.jobs[job_id].status == "cancelled")
+
+        @rule(idem=st.sampled_from([None, None, "k1", "k2"]), delay=st.sampled_from([0, 0, 60]),
+              payload=st.sampled_from([1, 1, 2]))
+        def enqueue(self, idem, delay, payload):
+            if idem in self.markers and self.payloads[idem] != payload:
+                with pytest.raises(errors.IdempotencyConflict):
+                    self.queue.enqueue("t", payload, idempotency_key=idem, delay=delay)
+                return
+            result = self.queue.enqueue("t", payload, idempotency_key=idem, delay=delay)
             if idem in self.markers:
                 assert (result.job_id, result.created) == (self.markers[idem], False)
                 return
@@ -62,12 +75,15 @@ def build_machine(r):
             self.jobs[result.job_id] = Model("scheduled" if delay else "queued", idem=idem, due=False)
             if idem:
                 self.markers[idem] = result.job_id
+                self.payloads[idem] = payload
 
         @rule(max_jobs=st.integers(1, 3))
         def claim(self, max_jobs):
             runnable = set(self.ids("queued")) | {i for i in self.ids("retrying") if self.jobs[i].due}
+            tombstones = self.tombstones()
             result = scripts.run(r, claim_op(QS, WS, worker_id="w", max_jobs=max_jobs))
-            assert len(result.jobs) == min(max_jobs, len(runnable))
+            dropped = tombstones - self.tombstones()
+            assert len(result.jobs) + dropped == min(max_jobs, len(runnable) + tombstones)
             for job in result.jobs:
                 assert job.id in runnable
                 model = self.jobs[job.id]
@@ -83,12 +99,13 @@ def build_machine(r):
             job_id = data.draw(st.sampled_from(self.ids("processing")))
             model = self.jobs[job_id]
             token = model.lease - 1 if stale else model.lease
-            held = scripts.run(r, ack_op(QS, [(job_id, token)], worker_id="w"))
+            held = scripts.run(r, ack_op(QS, [(job_id, token)], worker_id="w")).held
             assert held == [not stale]
             if not stale:
                 model.status = "done"
                 if model.idem:
-                    assert r.get(QS.keys.idempotency(model.idem)) == f"{job_id}|done"
+                    marker = r.get(QS.keys.idempotency(model.idem))
+                    assert marker.startswith(f"{job_id}|") and marker.endswith("|done")
 
         @precondition(lambda self: self.ids("processing"))
         @rule(data=st.data(), delay=st.sampled_from([0, 60_000, None]))
@@ -111,7 +128,10 @@ def build_machine(r):
             model = self.jobs[job_id]
             assert scripts.run(r, release_op(QS, [(job_id, model.lease)], worker_id="w",
                                              reason="stop")) == [True]
-            model.status, model.attempt = "queued", model.attempt - 1
+            model.releases += 1
+            if model.releases <= FREE_RELEASES:
+                model.attempt -= 1  # a free release gives the attempt back
+            model.status = "dead" if model.attempt >= QS.max_attempts else "queued"
 
         @rule()
         def expire_leases_and_reap(self):
@@ -136,7 +156,8 @@ def build_machine(r):
             replayed = self.queue.replay()
             assert sorted(replayed) == self.ids("dead")
             for job_id in replayed:
-                self.jobs[job_id].status, self.jobs[job_id].attempt = "queued", 0
+                model = self.jobs[job_id]
+                model.status, model.attempt, model.releases = "queued", 0, 0
 
         @precondition(lambda self: self.jobs)
         @rule(data=st.data())
@@ -163,7 +184,7 @@ def build_machine(r):
             depth = self.queue.stats()
             assert depth.processing == len(self.ids("processing"))
             assert depth.dead == len(self.ids("dead"))
-            assert depth.ready == len(self.ids("queued"))
+            assert depth.ready == len(self.ids("queued")) + self.tombstones()
             assert depth.scheduled == len(self.ids("retrying", "scheduled"))
 
     return ProtocolMachine

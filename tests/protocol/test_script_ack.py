@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import pytest
+from antre import errors
+from antre.client import Queue
 from antre.protocol import scripts
 from antre.protocol.ack import ack_op
 from antre.settings import QueueSettings
 from invariants import assert_invariants
-from protocol_state import dump, run_fresh, seed_job
+from protocol_state import dump, run_fresh, seed_job, server_ms
 
 
 def ack(r, qs, leases, *, fresh=False):
     op = ack_op(qs, leases, worker_id="w1")
-    return run_fresh(r, op) if fresh else scripts.run(r, op)
+    return (run_fresh(r, op) if fresh else scripts.run(r, op)).held
 
 
 def test_ack_settles_done_marks_key_and_frees_lock(redis_client, qs):
@@ -74,20 +76,73 @@ def test_batch_ack_reports_per_lease(redis_client, qs):
     assert_invariants(redis_client, qs)
 
 
-def test_done_ttl_zero_deletes_the_record_but_keeps_the_done_key(redis_client):
+def test_done_ttl_zero_keeps_no_record_but_the_done_key_and_a_stub_for_a_retried_ack(redis_client):
+    """Issue 10.6: with done_ttl_s=0 a retried ack (its first reply lost) was reported as a lost
+    lease. The record is gone but for a short-lived stub that answers the retry truthfully."""
     qs = QueueSettings(name="q", done_ttl_s=0)
     seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1, idempotency_key="k")
-    assert ack(redis_client, qs, [("a", 1)]) == [True]
+    op = ack_op(qs, [("a", 1)], worker_id="w1", retry_window_ms=5000)
+    assert scripts.run(redis_client, op).held == [True]
     state = dump(redis_client, qs)
-    assert state["jobs"] == {} and state["processing"] == []
-    assert state["idem"] == {"k": "a|done"}
+    assert state["jobs"] == {"a": {"status": "done", "outcome": "succeeded", "lease": "1",
+                                   "worker": "w1", "history": []}}
+    assert 0 < redis_client.pttl(qs.keys.job("a")) <= 5000
+    assert state["processing"] == [] and state["idem"] == {"k": "a|done"}
+    with pytest.raises(errors.JobNotFound):
+        Queue(redis_client, settings=qs).get("a")  # nothing a reader would call a record
+    assert scripts.run(redis_client, op).held == [True]  # the retry
+    assert dump(redis_client, qs) == state
     assert_invariants(redis_client, qs)
 
 
-def test_lock_held_by_someone_else_is_not_freed(redis_client, qs):
+def test_a_run_whose_lock_is_someone_elses_is_not_acked(redis_client, qs):
+    """Issue 10.8: the lock expired (say during an outage) and another job took the resource:
+    the two runs may have overlapped, so the late one does not count."""
     seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1, resource_key="acct")
-    redis_client.set(qs.keys.resource_lock("acct"), "b:1")  # e.g. after the lock expired
-    seed_job(redis_client, qs, "b", status="processing", attempt=1, lease=1, resource_key="other")
-    redis_client.delete(qs.keys.resource_lock("other"))
-    assert ack(redis_client, qs, [("a", 1)]) == [True]
+    redis_client.set(qs.keys.resource_lock("acct"), "b:1")
+    seed_job(redis_client, qs, "c", status="processing", attempt=1, lease=1, resource_key="other")
+    redis_client.delete(qs.keys.resource_lock("other"))  # expired; nobody took it either
+    before = dump(redis_client, qs)
+    assert ack(redis_client, qs, [("a", 1), ("c", 1)]) == [False, False]
+    assert dump(redis_client, qs) == before
     assert redis_client.get(qs.keys.resource_lock("acct")) == "b:1"
+
+
+def test_a_lease_past_its_deadline_is_not_acked_and_the_job_runs_again(redis_client, qs):
+    """Issue 10.8: a run whose lease deadline passed (no reaper pass yet) is not trusted: the ack
+    treats the lease as the reaper would, and the job runs again with the attempt counted."""
+    now = server_ms(redis_client)
+    seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1, score_ms=now - 1,
+             resource_key="acct")
+    assert ack(redis_client, qs, [("a", 1)]) == [False]
+    state = dump(redis_client, qs)
+    assert state["ready"] == ["a"] and state["processing"] == [] and state["locks"] == {}
+    job = state["jobs"]["a"]
+    assert (job["status"], job["attempt"], job["history"]) == ("queued", "1", ["lease_expired"])
+    assert state["stats"] == {"lease_expired": 1}
+    assert_invariants(redis_client, qs)
+
+
+@pytest.mark.parametrize("reaped_first", [
+    pytest.param(False, id="ack-before-the-reaper"),
+    pytest.param(True, id="ack-after-the-reaper-dead-lettered-it"),
+])
+def test_a_late_ack_of_a_last_attempt_ends_done_not_dead(redis_client, qs, reaped_first):
+    """Issue 10, also decide: a job whose ack arrived after its last lease expired had finished;
+    it ends done (not dead), and the dead letters do not keep it."""
+    now = server_ms(redis_client)
+    seed_job(redis_client, qs, "a", status="processing", attempt=5, max_attempts=5, lease=5,
+             score_ms=now - 1, idempotency_key="k")
+    redis_client.set(qs.keys.idempotency("k"), "a")
+    if reaped_first:
+        assert Queue(redis_client, settings=qs).reap().dead == 1
+        assert dump(redis_client, qs)["dead"] == ["a"]
+    assert ack(redis_client, qs, [("a", 5)]) == [True]
+    state = dump(redis_client, qs)
+    assert state["dead"] == state["processing"] == state["ready"] == []
+    job = state["jobs"]["a"]
+    assert (job["status"], job["outcome"]) == ("done", "succeeded")
+    assert job["history"][-1] == "acked"
+    assert "after its lease expired" in Queue(redis_client, settings=qs).get("a").history[-1].error
+    assert state["idem"] == {"k": "a|done"}
+    assert_invariants(redis_client, qs)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from antre.client import Queue
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
+from antre.protocol.fail import fail_op
 from invariants import assert_invariants
 from protocol_state import dump, run_fresh, seed_job, server_ms
 
@@ -156,6 +158,45 @@ def test_deferred_job_runs_once_the_resource_is_free(redis_client, qs, ws):
     result = claim(redis_client, qs, ws)  # due now: promoted, lock free, claimed
     assert [(j.id, j.attempt) for j in result.jobs] == [("waiter", 1)]
     assert dump(redis_client, qs)["locks"] == {"acct": "waiter:1"}
+    assert_invariants(redis_client, qs)
+
+
+def test_the_deferral_bound_is_per_wait_not_over_the_jobs_life(redis_client, qs, ws):
+    """Issue 10, also decide: lock_deferrals counted over the job's whole life, so a job that
+    waited on attempt 1 and again after a retry was dead-lettered early. Running resets it."""
+    seed_job(redis_client, qs, "a", resource_key="acct", status="scheduled",
+             lock_deferrals=ws.lock_max_deferrals)
+    [job] = claim(redis_client, qs, ws).jobs
+    assert redis_client.hget(qs.keys.job("a"), "lock_deferrals") == "0"
+    scripts.run(redis_client, fail_op(qs, (job.id, job.lease), error="boom", retry_delay_ms=0,
+                                      worker_id="w1"))
+    seed_job(redis_client, qs, "holder", status="processing", attempt=1, lease=1, resource_key="acct")
+    claim(redis_client, qs, ws)  # the retry waits for the resource: its first wait, not its fourth
+    job_state = dump(redis_client, qs)["jobs"]["a"]
+    assert (job_state["status"], job_state["lock_deferrals"]) == ("scheduled", "1")
+    assert_invariants(redis_client, qs)
+
+
+def test_a_queued_record_without_a_type_is_dead_lettered(redis_client, qs, ws):
+    """Issue 10.6: such a record was dropped silently by the claim (gone from every list)."""
+    seed_job(redis_client, qs, "untyped")
+    redis_client.hdel(qs.keys.job("untyped"), "type")
+    seed_job(redis_client, qs, "fine")
+    result = claim(redis_client, qs, ws)
+    assert [j.id for j in result.jobs] == ["fine"]
+    state = dump(redis_client, qs)
+    assert state["dead"] == ["untyped"] and state["ready"] == []
+    assert state["jobs"]["untyped"]["last_error"].startswith("malformed record: type,")
+    assert_invariants(redis_client, qs)
+
+
+def test_a_cancelled_id_left_in_the_ready_list_is_dropped(redis_client, qs, ws):
+    seed_job(redis_client, qs, "gone")
+    Queue(redis_client, settings=qs).cancel("gone")
+    seed_job(redis_client, qs, "next")
+    assert [j.id for j in claim(redis_client, qs, ws).jobs] == ["next"]
+    state = dump(redis_client, qs)
+    assert state["ready"] == [] and state["jobs"]["gone"]["status"] == "cancelled"
     assert_invariants(redis_client, qs)
 
 

@@ -13,8 +13,10 @@ from antre import errors
 from antre.client import Queue
 from antre.protocol import scripts
 from antre.protocol.enqueue import BATCH_SIZE, NewJob, enqueue_ops
+from antre.settings import QueueSettings
 from invariants import assert_invariants
-from protocol_state import dump, run_fresh, server_ms
+from protocol_state import dump, run_fresh, seed_job, server_ms
+from redis_servers import wait_until
 
 
 @pytest.fixture
@@ -60,17 +62,97 @@ def test_delayed_job_goes_to_retry_set_scheduled(redis_client, qs, queue):
 
 
 def test_idempotency_key_returns_existing_job(redis_client, qs, queue):
-    first = queue.enqueue("t", {"n": 1}, idempotency_key="order-7")
-    again = queue.enqueue("t", {"n": 2}, idempotency_key="order-7")
+    first = queue.enqueue("t", {"n": 1, "m": 2}, idempotency_key="order-7")
+    again = queue.enqueue("t", {"m": 2, "n": 1}, idempotency_key="order-7")  # same payload
     assert again.job_id == first.job_id and again.created is False
     state = dump(redis_client, qs)
     assert state["ready"] == [first.job_id]
-    assert state["idem"] == {"order-7": first.job_id}
+    digest = state["jobs"][first.job_id]["idempotency_digest"]
+    assert state["idem"] == {"order-7": f"{first.job_id}|{digest}"}
     assert state["stats"] == {"enqueued": 1}
-    assert state["jobs"][first.job_id]["payload"] == '{"n":1}'  # the duplicate wrote nothing
-    ttl = redis_client.pttl(qs.keys.idempotency("order-7"))
-    assert 0 < ttl <= qs.idempotency_ttl_s * 1000
+    assert state["jobs"][first.job_id]["payload"] == '{"m":2,"n":1}'  # the duplicate wrote nothing
     assert_invariants(redis_client, qs)
+
+
+@pytest.mark.parametrize(("job_type", "payload"), [
+    pytest.param("t", {"n": 2}, id="other-payload"),
+    pytest.param("u", {"n": 1}, id="other-type"),
+])
+def test_idempotency_key_reused_for_another_request_is_a_conflict(redis_client, qs, queue,
+                                                                  job_type, payload):
+    """Issue 12.8: a known key re-posted with another type or payload must not hand out the
+    original job (and its payload): it is a conflict, and nothing is written."""
+    first = queue.enqueue("t", {"n": 1}, idempotency_key="order-7")
+    before = dump(redis_client, qs)
+    with pytest.raises(errors.IdempotencyConflict, match=f"idempotency key order-7 was used for "
+                                                         f"job {first.job_id} with another type"):
+        queue.enqueue(job_type, payload, idempotency_key="order-7")
+    with pytest.raises(errors.IdempotencyConflict):  # in a batch: nothing of it is written
+        queue.enqueue_many([("t", 0), {"type": job_type, "payload": payload,
+                                       "idempotency_key": "order-7"}])
+    with pytest.raises(errors.IdempotencyConflict):  # two requests inside one batch
+        queue.enqueue_many([{"type": "t", "payload": 1, "idempotency_key": "new"},
+                            {"type": "t", "payload": 2, "idempotency_key": "new"}])
+    assert dump(redis_client, qs) == before
+
+
+def test_idempotency_key_lives_as_long_as_its_job(redis_client, qs, queue):
+    """Issue 10.2: the key was set with the enqueue TTL and never refreshed, so a job that
+    stayed live longer (delayed, a long backlog, retries, dead) let a second job in with the
+    same key. It now has no expiry while the job is live, and cancel and purge delete it."""
+    short = QueueSettings(name=qs.name, idempotency_ttl_s=0.05)
+    producer = Queue(redis_client, settings=short)
+    enqueued_at = server_ms(redis_client)
+    first = producer.enqueue("t", 1, idempotency_key="k", delay=3600)  # delayed for an hour
+    assert redis_client.pttl(short.keys.idempotency("k")) == -1
+    # Past what used to be the key's TTL, on the clock that expires keys.
+    wait_until(lambda: server_ms(redis_client) > enqueued_at + 200, timeout_s=5)
+    again = producer.enqueue("t", 1, idempotency_key="k")
+    assert (again.job_id, again.created) == (first.job_id, False)
+    redis_client.hset(short.keys.job(first.job_id), "status", "dead")  # as after its attempts
+    redis_client.zrem(short.keys.retry, first.job_id)
+    redis_client.zadd(short.keys.dead, {first.job_id: 1})
+    again = producer.enqueue("t", 1, idempotency_key="k")
+    assert (again.job_id, again.created) == (first.job_id, False)
+    assert producer.purge([first.job_id]) == 1
+    assert redis_client.exists(short.keys.idempotency("k")) == 0
+    third = producer.enqueue("t", 1, idempotency_key="k")
+    assert third.created and third.job_id != first.job_id
+    assert producer.cancel(third.job_id) == "queued"
+    assert redis_client.exists(short.keys.idempotency("k")) == 0
+    assert_invariants(redis_client, short)
+
+
+def test_an_existing_id_returns_the_existing_job_untouched(redis_client, qs, queue):
+    """Issue 10.3: a producer choosing an id already in use overwrote the live record (lease
+    back to 0, history gone) and left the job both queued and leased. Now the existing job is
+    returned as it is, and ids are validated by the script too."""
+    seed_job(redis_client, qs, "job-1", status="processing", attempt=1, lease=1)
+    before = dump(redis_client, qs)
+    [op] = enqueue_ops(qs, [NewJob("other", {"x": 1})])
+    args = list(op.args)
+    args[2] = "job-1"  # the first job's id, as a foreign producer might choose it
+    keys = [*op.keys[:3], qs.keys.job("job-1")]
+    [result] = scripts.run(redis_client, scripts.Op(op.script, keys, args, op.parse))
+    assert (result.job_id, result.created) == ("job-1", False)
+    assert dump(redis_client, qs) == before
+
+
+@pytest.mark.parametrize("job_id", [
+    pytest.param("", id="empty"),
+    pytest.param("a:b", id="colon"),
+    pytest.param("a|b", id="bar"),
+    pytest.param("a b", id="space"),
+    pytest.param("x" * 129, id="too-long"),
+])
+def test_the_script_refuses_an_unusable_id(redis_client, qs, job_id):
+    [op] = enqueue_ops(qs, [NewJob("t", 1)])
+    args = list(op.args)
+    args[2] = job_id
+    keys = [*op.keys[:3], qs.keys.job(job_id)]
+    with pytest.raises(errors.InvalidArgument, match="job 1: id got"):
+        scripts.run(redis_client, scripts.Op(op.script, keys, args, op.parse))
+    assert redis_client.dbsize() == 0
 
 
 def test_idempotency_key_of_purged_job_no_longer_protects(redis_client, qs, queue):
@@ -79,14 +161,14 @@ def test_idempotency_key_of_purged_job_no_longer_protects(redis_client, qs, queu
     redis_client.lrem(qs.keys.ready, 0, first.job_id)
     second = queue.enqueue("t", 2, idempotency_key="k")
     assert second.created and second.job_id != first.job_id
-    assert dump(redis_client, qs)["idem"] == {"k": second.job_id}
+    assert dump(redis_client, qs)["idem"]["k"].startswith(second.job_id + "|")
     assert_invariants(redis_client, qs)
 
 
 def test_enqueue_many_in_batches_with_duplicates_inside(redis_client, qs, queue):
     specs = [("t", {"i": i}) for i in range(BATCH_SIZE + 10)]
     specs.append({"type": "t", "payload": 1, "idempotency_key": "dup"})
-    specs.append(NewJob(type="t", payload=2, idempotency_key="dup"))
+    specs.append(NewJob(type="t", payload=1, idempotency_key="dup"))
     specs.append({"type": "t", "delay": 30})
     ops = enqueue_ops(qs, [NewJob(type="t")] * (BATCH_SIZE + 1))
     assert len(ops) == 2  # BATCH_SIZE jobs per round trip
@@ -144,6 +226,23 @@ def test_validation_messages_name_field_value_and_rule(redis_client, queue, kwar
     assert redis_client.dbsize() == 0
 
 
+def test_headers_count_in_the_payload_limit_and_must_be_strings(redis_client):
+    """Issue 10.6: a 5 MB header was accepted past max_payload_bytes, and a non-string header
+    value raised a bare TypeError instead of naming the field."""
+    from antre.settings import QueueSettings
+
+    queue = Queue(redis_client, settings=QueueSettings(name="small", max_payload_bytes=100))
+    queue.enqueue("t", "x", headers={"h": "y" * 80})  # 3 + 88 bytes
+    with pytest.raises(errors.PayloadTooLarge, match=r"payload: 5000\d{3} bytes encoded; must be "
+                                                     r"at most 100 bytes with the headers"):
+        queue.enqueue("t", "x", headers={"h": "y" * 5_000_000})
+    for headers in ({"h": 1}, {1: "x"}, ["h"]):
+        with pytest.raises(errors.InvalidArgument, match=r"headers: got .*; must be an object of "
+                                                         r"string names to string values"):
+            queue.enqueue("t", "x", headers=headers)
+    assert redis_client.llen(queue.keys.ready) == 1
+
+
 def test_unknown_dict_fields_are_rejected(queue):
     with pytest.raises(errors.InvalidArgument, match=r"unknown field\(s\) \['typo'\]"):
         queue.enqueue_many([{"type": "t", "typo": 1}])
@@ -167,7 +266,7 @@ async def test_async_queue_writes_the_same_record(redis_client, redis_url, qs):
     aq = AsyncQueue(connect_async(redis_url), settings=qs)
     try:
         result = await aq.enqueue("t", {"x": 1}, idempotency_key="a")
-        again = await aq.enqueue("t", {"x": 2}, idempotency_key="a")
+        again = await aq.enqueue("t", {"x": 1}, idempotency_key="a")
         info = await aq.get(result.job_id)
     finally:
         await aq.close()

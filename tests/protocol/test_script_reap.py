@@ -8,6 +8,7 @@ from antre.protocol import scripts
 from antre.protocol.claim import claim_op
 from antre.protocol.reap import reap_op
 from antre.reaper import run_once
+from antre.settings import QueueSettings
 from invariants import assert_invariants
 from protocol_state import dump, run_fresh, seed_job, server_ms
 
@@ -31,7 +32,8 @@ def test_expired_lease_is_requeued_at_the_head_and_counts(redis_client, qs):
     assert state["locks"] == {}  # the lost run's lock is freed
     job = state["jobs"]["lost"]
     assert (job["status"], job["attempt"], job["lease"]) == ("queued", "2", "2")  # attempt spent
-    assert job["last_error"] == "lease expired during attempt 2 (worker w9 lost or frozen past its lease)"
+    assert job["last_error"] == ("lease expired during attempt 2 (worker w9 lost or frozen past "
+                                 "its lease, or cut off from Redis)")
     assert job["history"] == ["lease_expired"]
     assert state["stats"] == {"lease_expired": 1}
     assert_invariants(redis_client, qs)
@@ -105,3 +107,43 @@ def test_stale_registry_entries_are_dropped(redis_client, qs):
 def test_queue_reap_matches_the_script(redis_client, qs):
     seed_job(redis_client, qs, "lost", status="processing", attempt=1, lease=1, score_ms=1)
     assert Queue(redis_client, settings=qs).reap().requeued == 1
+
+
+def test_dead_letters_are_kept_for_dead_ttl_then_deleted_with_their_key(redis_client):
+    """Issue 10, also decide: dead records never expired. The reaper deletes dead letters older
+    than QueueSettings.dead_ttl_s (30 days by default; 0 keeps them forever), record and
+    idempotency key with them."""
+    qs = QueueSettings(name="q", dead_ttl_s=3600)
+    now = server_ms(redis_client)
+    for job_id, died_ago_s in (("old", 3601), ("young", 3599)):
+        seed_job(redis_client, qs, job_id, status="dead", attempt=5, lease=5,
+                 idempotency_key=f"k-{job_id}")
+        redis_client.set(qs.keys.idempotency(f"k-{job_id}"), job_id)
+        redis_client.zadd(qs.keys.dead, {job_id: (now - died_ago_s * 1000) * 1000})  # in us
+    result = reap(redis_client, qs)
+    assert result.dead_expired == 1
+    state = dump(redis_client, qs)
+    assert state["dead"] == ["young"] and set(state["jobs"]) == {"young"}
+    assert state["idem"] == {"k-young": "young"}
+    assert state["stats"] == {"dead_expired": 1}
+    forever = QueueSettings(name="q", dead_ttl_s=0)
+    redis_client.zadd(qs.keys.dead, {"young": 1})  # died long ago
+    assert reap(redis_client, forever).dead_expired == 0
+    assert_invariants(redis_client, qs)
+
+
+def test_dead_ids_listed_by_older_versions_move_to_the_dead_letters(redis_client, qs):
+    """Older workers kept dead ids in a list, and may still push there during a rolling
+    upgrade: the reaper moves them over, scored by when they died."""
+    now = server_ms(redis_client)
+    seed_job(redis_client, qs, "d1", status="dead", attempt=5, lease=5, died_at=now - 2000)
+    seed_job(redis_client, qs, "d2", status="dead", attempt=5, lease=5, died_at=now - 1000)
+    redis_client.zrem(qs.keys.dead, "d1", "d2")
+    redis_client.lpush(qs.keys.legacy_dead, "d1", "d2", "replayed-since")
+    assert Queue(redis_client, settings=qs).stats().dead == 3  # nothing hidden meanwhile
+    reap(redis_client, qs)
+    assert redis_client.exists(qs.keys.legacy_dead) == 0
+    assert redis_client.zrange(qs.keys.dead, 0, -1, withscores=True) == [
+        ("d1", (now - 2000) * 1000), ("d2", (now - 1000) * 1000)]
+    assert Queue(redis_client, settings=qs).stats().dead == 2
+    assert_invariants(redis_client, qs)

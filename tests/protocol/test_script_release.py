@@ -1,10 +1,12 @@
-"""release.lua: give leased jobs back to the head of the queue with the attempt refunded."""
+"""release.lua: give leased jobs back to the head of the queue with the attempt refunded (the
+first few times), keeping the lock of a run that cannot be stopped."""
 
 from __future__ import annotations
 
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
-from antre.protocol.release import release_op
+from antre.protocol.release import FREE_RELEASES, release_op
+from antre.protocol.replay import replay_op
 from invariants import assert_invariants
 from protocol_state import dump, run_fresh, seed_job
 
@@ -35,4 +37,40 @@ def test_release_refunds_attempt_and_puts_job_at_the_head(redis_client, qs, ws):
     # Next claim takes the released job first, with the same attempt number as before.
     claimed = scripts.run(redis_client, claim_op(qs, ws, worker_id="w2", max_jobs=1)).jobs
     assert [(j.id, j.attempt, j.lease) for j in claimed] == [("a", 2, 3)]
+    assert_invariants(redis_client, qs)
+
+
+def test_after_the_free_releases_a_release_spends_the_attempt(redis_client, qs, ws):
+    """Issue 10, also decide: a release refunded the attempt every time, so a job that never
+    finished within a grace period looped forever. The first FREE_RELEASES are free; later ones
+    spend the attempt, and out of attempts the job is dead with a reason that says why."""
+    seed_job(redis_client, qs, "long", max_attempts=2)
+    attempts = []
+    for _ in range(FREE_RELEASES + 2):
+        [job] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
+        assert release(redis_client, qs, [(job.id, job.lease)]) == [True]
+        attempts.append(int(redis_client.hget(qs.keys.job("long"), "attempt")))
+    assert attempts == [0] * FREE_RELEASES + [1, 2]
+    state = dump(redis_client, qs)
+    assert state["dead"] == ["long"] and state["ready"] == []
+    error = redis_client.hget(qs.keys.job("long"), "last_error")
+    assert f"released {FREE_RELEASES + 2} times without finishing" in error
+    assert state["stats"] == {"released": FREE_RELEASES + 1, "dead": 1}
+    assert_invariants(redis_client, qs)
+    # A replay starts the count again.
+    assert scripts.run(redis_client, replay_op(qs, ["long"])) == ["long"]
+    assert redis_client.hget(qs.keys.job("long"), "releases") == "0"
+
+
+def test_release_of_a_run_that_cannot_be_stopped_keeps_its_lock(redis_client, qs, ws):
+    """Issue 10.1: a handler thread still running at the end of the grace period keeps its
+    resource lock; the next attempt waits for it like any other job on the resource."""
+    seed_job(redis_client, qs, "a", resource_key="printer")
+    [job] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
+    op = release_op(qs, [(job.id, job.lease)], worker_id="w1", reason="shutdown", keep_locks={"a"})
+    assert scripts.run(redis_client, op) == [True]
+    assert redis_client.get(qs.keys.resource_lock("printer")) == f"a:{job.lease}"
+    assert redis_client.hget(qs.keys.job("a"), "lock_kept") == str(job.lease)
+    again = scripts.run(redis_client, claim_op(qs, ws, worker_id="w2", max_jobs=1))
+    assert again.jobs == [] and redis_client.hget(qs.keys.job("a"), "status") == "scheduled"
     assert_invariants(redis_client, qs)

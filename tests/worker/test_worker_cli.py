@@ -42,9 +42,14 @@ def test_enqueue_prints_the_id(redis_client, redis_url, capsys):
     info = Queue(redis_client, settings=QS).get(job_id)
     assert (info.type, info.payload, info.idempotency_key, info.max_attempts) == (
         "email", {"to": "a@b.c"}, "k1", 2)
-    assert cli(redis_url, "enqueue", "email", "{}", "--idempotency-key", "k1") == 0
+    assert cli(redis_url, "enqueue", "email", '{"to": "a@b.c"}', "--idempotency-key", "k1") == 0
     out = capsys.readouterr()
     assert out.out.strip() == job_id and f"already used: job {job_id} returned" in out.err
+    # The key reused for another payload: refused in one line, not the first job handed out.
+    assert cli(redis_url, "enqueue", "email", "{}", "--idempotency-key", "k1") == EXIT_USAGE
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1
+    assert f"idempotency key k1 was used for job {job_id} with another type or payload" in out.err
     assert_invariants(redis_client, QS)
 
 
@@ -86,7 +91,9 @@ def test_dlq_list_replay_purge(redis_client, redis_url, capsys):
                                           retry_delay_ms=0, worker_id="w"))
     assert cli(redis_url, "dlq", "list") == 0
     out = capsys.readouterr()
-    assert [line.split()[0] for line in out.out.splitlines()] == ids[::-1]  # newest first
+    listed = [line.split()[0] for line in out.out.splitlines()]
+    died_at = [int(redis_client.hget(QS.keys.job(job_id), "died_at")) for job_id in listed]
+    assert sorted(listed) == sorted(ids) and died_at == sorted(died_at, reverse=True)  # newest first
     assert "bad 0" in out.out and "3 dead job(s) shown" in out.err
     assert cli(redis_url, "dlq", "replay", ids[0]) == 0
     assert capsys.readouterr().out.strip() == "replayed 1 job(s)"
@@ -95,7 +102,7 @@ def test_dlq_list_replay_purge(redis_client, redis_url, capsys):
     assert "give job ids, or --all" in capsys.readouterr().err
     assert cli(redis_url, "dlq", "purge", "--all") == 0
     assert capsys.readouterr().out.strip() == "purged 2 job(s)"
-    assert redis_client.llen(QS.keys.dead) == 0
+    assert redis_client.zcard(QS.keys.dead) == 0
     assert_invariants(redis_client, QS)
 
 

@@ -8,6 +8,7 @@ import json
 import threading
 
 from antre import Backoff, Permanent, Queue, Retry
+from antre.failures import UNKNOWN_TYPE_GRACE_S
 from antre.handlers import HandlerRegistry
 from antre.jobs import JobInfo
 from invariants import assert_invariants
@@ -76,11 +77,11 @@ async def test_permanent_goes_straight_to_dead(redis_client, aredis, qs):
         await eventually(lambda: status_of(redis_client, qs, job_id) == "dead")
     info = queue.get(job_id)
     assert (info.attempt, info.last_error) == (1, "Permanent: card declined")
-    assert redis_client.lrange(qs.keys.dead, 0, -1) == [job_id]
+    assert redis_client.zrange(qs.keys.dead, 0, -1) == [job_id]
     assert_invariants(redis_client, qs)
 
 
-async def test_unknown_type_and_undecodable_payload_go_dead_saying_why(redis_client, aredis, qs):
+async def test_an_undecodable_payload_goes_dead_saying_why(redis_client, aredis, qs):
     registry = HandlerRegistry()
     calls = []
 
@@ -89,17 +90,40 @@ async def test_unknown_type_and_undecodable_payload_go_dead_saying_why(redis_cli
         calls.append(job.id)
 
     queue = Queue(redis_client, settings=qs)
-    unknown = queue.enqueue("nope", max_attempts=5).job_id
     garbled = queue.enqueue("known", {"a": 1}).job_id
     redis_client.hset(qs.keys.job(garbled), "payload", "{not json")
     async with running_worker(aredis, qs, registry):
-        await eventually(lambda: status_of(redis_client, qs, unknown) == status_of(
-            redis_client, qs, garbled) == "dead")
+        await eventually(lambda: status_of(redis_client, qs, garbled) == "dead")
     assert calls == []
-    assert queue.get(unknown).last_error == "unknown job type 'nope'; this worker serves ['known']"
-    assert queue.get(unknown).attempt == 1
     error = redis_client.hget(qs.keys.job(garbled), "last_error")
     assert error.startswith("undecodable payload: Expecting property name")
+    assert_invariants(redis_client, qs)
+
+
+async def test_an_unknown_type_is_retried_without_spending_attempts_then_dead(
+        redis_client, aredis, qs):
+    """Issue 10, also decide: an unknown type was dead-lettered at once, which bites during a
+    rolling deploy where old workers meet the new types of new producers. It is retried,
+    without spending attempts, until the job is UNKNOWN_TYPE_GRACE_S old; then it is dead."""
+    registry = HandlerRegistry()
+    registry.register("known", lambda job: None)
+    queue = Queue(redis_client, settings=qs)
+    young = queue.enqueue("new-type", max_attempts=1).job_id
+    old = queue.enqueue("gone-type", max_attempts=5).job_id
+    created = int(redis_client.hget(qs.keys.job(old), "created_at"))
+    redis_client.hset(qs.keys.job(old), "created_at", created - int(UNKNOWN_TYPE_GRACE_S * 1000))
+    async with running_worker(aredis, qs, registry):
+        await eventually(lambda: status_of(redis_client, qs, young) == "retrying")
+        await eventually(lambda: status_of(redis_client, qs, old) == "dead")
+    info = queue.get(young)
+    assert info.attempt == 0  # with max_attempts=1, a spent attempt would have made it dead
+    assert info.last_error == "unknown job type 'new-type'; this worker serves ['known']"
+    assert [e.event for e in info.history] == ["enqueued", "claimed", "retrying"]
+    due = redis_client.zscore(qs.keys.retry, young)
+    assert due - info.history[-1].at_ms >= 500  # backed off, not spinning
+    gone = queue.get(old)
+    assert gone.attempt == 1 and gone.last_error.startswith(
+        "unknown job type 'gone-type'; this worker serves ['known'] (for 900 s)")
     assert_invariants(redis_client, qs)
 
 

@@ -229,3 +229,64 @@ async def test_an_idle_worker_blocks_instead_of_polling(redis_client, aredis, qs
         scripts_made, waits_made = calls("evalsha") - scripts_before, calls("blmove") - waits_before
     assert scripts_made <= 4, f"{scripts_made} script calls in 1.5 idle seconds"
     assert 1 <= waits_made <= 3
+
+
+async def test_a_thread_past_its_timeout_keeps_its_resource_through_many_leases(redis_client,
+                                                                                aredis, qs):
+    """Issue 10.1: the worker stopped extending the lock of a run failed at its job timeout,
+    so with a 1 s lease, a 0.3 s job timeout and a handler that sleeps 2.5 s, three runs of one
+    job were inside the handler on one resource at once. The lock is now extended for as long
+    as the thread runs, and freed when it returns."""
+    registry = HandlerRegistry()
+    inside: list[int] = []
+    most_inside = []
+    lock = threading.Lock()
+
+    @registry.handler("print")
+    def print_document(job: Job) -> None:
+        with lock:
+            inside.append(job.attempt)
+            most_inside.append(len(inside))
+        time.sleep(2.5 if job.attempt == 1 else 0.0)
+        with lock:
+            inside.remove(job.attempt)
+
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("print", resource_key="printer", max_attempts=3).job_id
+    async with running_worker(aredis, qs, registry, concurrency=3, job_timeout_s=0.3,
+                              visibility_timeout_s=1.0, lock_defer_s=0.05,
+                              backoff=Backoff(base_s=0.01, max_s=0.01)) as worker:
+        await eventually(lambda: worker.threads.overdue == 1, message="attempt 1 overdue")
+        # Through more than two leases the lock stays attempt 1's, and attempt 2 waits.
+        await eventually(lambda: queue.get(job_id).history[-1].event == "deferred")
+        await eventually(lambda: worker.threads.overdue == 0, timeout_s=10,
+                         message="attempt 1's thread returned")
+        await eventually(lambda: status_of(redis_client, qs, job_id) == "done", timeout_s=10)
+    assert max(most_inside) == 1, f"runs inside the handler at once: {most_inside}"
+    info = queue.get(job_id)
+    assert info.attempt == 2 and redis_client.exists(qs.keys.resource_lock("printer")) == 0
+    assert_invariants(redis_client, qs)
+
+
+async def test_a_stop_with_a_thread_still_running_keeps_its_lock(redis_client, aredis, qs):
+    """Issue 10.1: release at the end of the grace period freed the lock of a thread that
+    could not be stopped; the next run on the resource could start beside it."""
+    registry = HandlerRegistry()
+    hang = threading.Event()
+
+    @registry.handler("stuck")
+    def stuck(job: Job) -> None:
+        hang.wait(20)
+
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("stuck", resource_key="acct").job_id
+    try:
+        async with running_worker(aredis, qs, registry, grace_period_s=0.1) as worker:
+            await eventually(lambda: worker.in_flight == 1)
+        info = queue.get(job_id)
+        assert (info.status, info.history[-1].event) == ("queued", "released")
+        assert redis_client.get(qs.keys.resource_lock("acct")) == f"{job_id}:1"
+        assert redis_client.hget(qs.keys.job(job_id), "lock_kept") == "1"
+    finally:
+        hang.set()
+    assert_invariants(redis_client, qs)

@@ -8,7 +8,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from antre import errors, tracing
+from antre import tracing
 from antre.outages import Outages
 from antre.outcomes import Outcomes
 from antre.protocol.ack import ack_op
@@ -17,15 +17,19 @@ from antre.settings import QueueSettings
 
 
 class AckBatcher:
+    """An ack is retried through an outage until it lands (or the worker stops): a run that
+    finished is worth reporting late. If its lease expired meanwhile, the job runs again, unless
+    that was its last attempt: then the late ack records it done instead of dead."""
+
     def __init__(self, queue: QueueSettings, *, worker_id: str, outages: Outages,
-                 outcomes: Outcomes, budget_s: float,
+                 outcomes: Outcomes, retry_window_s: float,
                  on_settled: Callable[[Run], None]) -> None:
         self.queue = queue
         self.worker_id = worker_id
         self.outages = outages
         self.outcomes = outcomes
-        #: How long one ack call is retried through an outage (a lease's length).
-        self.budget_s = budget_s
+        #: With done_ttl_s=0, how long an ack retried after a lost reply is still recognised.
+        self.retry_window_ms = int(retry_window_s * 1000)
         #: Called for each run of a batch once its ack call returned, whatever the answer.
         self.on_settled = on_settled
         self._pending: list[Run] = []
@@ -48,13 +52,17 @@ class AckBatcher:
         if not batch:
             return []
         ack_ns = time.time_ns()
+        acked_at_ms: int | None = None
         try:
-            held = await self.outages.settle(
-                ack_op(self.queue, [run.lease for run in batch], worker_id=self.worker_id),
-                budget_s=self.budget_s)
-        except errors.RedisUnavailable:
-            # Out of budget: the leases have expired and the reaper redelivers them.
-            held = [False] * len(batch)
+            result = await self.outages.settle(
+                ack_op(self.queue, [run.lease for run in batch], worker_id=self.worker_id,
+                       retry_window_ms=self.retry_window_ms), budget_s=None)
+        except asyncio.CancelledError:  # the worker stopped before Redis came back
+            for run in batch:
+                self.on_settled(run)
+                self.outcomes.record(run, "lease_lost", error="ack not delivered before shutdown")
+            raise
+        held, acked_at_ms = result.held, result.now_ms
         acked_ns = time.time_ns()
         for run, ok in zip(batch, held, strict=True):
             if tracing.recording():
@@ -63,7 +71,10 @@ class AckBatcher:
                     parent=tracing.job_context(run.claimed.headers_json),
                     error=None if ok else "lease lost")
             self.on_settled(run)
-            self.outcomes.record(run, "succeeded" if ok else "lease_lost")
+            if ok:
+                self.outcomes.record(run, "succeeded", acked_at_ms=acked_at_ms)
+            else:
+                self.outcomes.record(run, "lease_lost", error="lease not held at the ack")
         return held
 
     async def run(self) -> None:

@@ -366,6 +366,9 @@ async def enqueue(request: web.Request) -> web.Response:
                 headers=tracing.inject() or None)
         except errors.PayloadTooLarge as exc:
             raise BadRequest(413, "payload_too_large", str(exc), field="payload") from None
+        except errors.IdempotencyConflict as exc:
+            raise BadRequest(409, "idempotency_conflict", str(exc),
+                             field="idempotency_key") from None
         except RecursionError:  # parsed, but too deep to encode again at this stack depth
             raise BadRequest(400, "invalid_argument", "payload: nested too deeply",
                              field="payload") from None
@@ -437,7 +440,7 @@ async def list_dead(request: web.Request) -> web.Response:
     limit = _query_int(request, "limit", 100, minimum=1, maximum=openapi.MAX_LIST_LIMIT)
     offset = _query_int(request, "offset", 0, minimum=0, maximum=openapi.MAX_OFFSET)
     jobs = await queue.dead_letters(limit=limit, offset=offset)
-    total = await queue.redis.llen(queue.keys.dead)
+    total = await queue.dead_count()
     return web.json_response({"jobs": [job.to_dict() for job in jobs], "total": int(total),
                               "limit": limit, "offset": offset})
 

@@ -66,6 +66,17 @@ def _job_info(job_id: str, fields: dict[str, str]) -> JobInfo:
     return JobInfo.from_hash(fields)
 
 
+def _dead_infos(ids: Sequence[str], records: Sequence[dict[str, str]]) -> list[JobInfo]:
+    # A record that vanished (purged meanwhile) is left out; any other is shown, raw or not.
+    return [JobInfo.from_hash({"id": job_id, **fields})
+            for job_id, fields in zip(ids, records, strict=True) if fields]
+
+
+def _chunks(job_ids: Sequence[str]) -> list[Sequence[str]]:
+    return [job_ids[i:i + scripts.MAX_IDS_PER_CALL]
+            for i in range(0, len(job_ids), scripts.MAX_IDS_PER_CALL)]
+
+
 class _QueueBase:
     def __init__(self, redis_client: Any, name: str | None = None, *, prefix: str | None = None,
                  settings: QueueSettings | None = None) -> None:
@@ -89,9 +100,12 @@ class _QueueBase:
                  resource_key: str | None, max_attempts: int | None,
                  delay: float | timedelta | None, headers: dict[str, str] | None) -> NewJob:
         # The producer's trace context rides in the job, so the worker's spans join the trace.
+        # Anything but a dict is left for validation to name.
+        if headers is None or isinstance(headers, dict):
+            headers = {**tracing.inject(), **(headers or {})} or None
         return NewJob(type=job_type, payload=payload, idempotency_key=idempotency_key,
                       resource_key=resource_key, max_attempts=max_attempts,
-                      delay_s=_seconds(delay), headers={**tracing.inject(), **(headers or {})} or None)
+                      delay_s=_seconds(delay), headers=headers)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.settings.name!r}, prefix={self.settings.prefix!r})"
@@ -150,20 +164,30 @@ class Queue(_QueueBase):
         return self._run(workers_op(self.settings))  # type: ignore[no-any-return]
 
     def dead_letters(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
-        """Dead jobs, newest first."""
-        ids = self.redis.lrange(self.keys.dead, offset, offset + limit - 1)
+        """Dead jobs, newest first. Every record is shown, fields that cannot be decoded as
+        they are stored (see :meth:`JobInfo.from_hash`)."""
+        ids = self.redis.zrevrange(self.keys.dead, offset, offset + limit - 1)
         pipe = self.redis.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(self.keys.job(job_id))
-        return [JobInfo.from_hash(fields) for fields in pipe.execute() if fields and "id" in fields]
+        return _dead_infos(ids, pipe.execute())
+
+    def dead_count(self) -> int:
+        return int(self.redis.zcard(self.keys.dead))
 
     def replay(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> list[str]:
         """Moves dead jobs back to the queue with a fresh attempt budget (given ids, or the
-        ``limit`` oldest)."""
-        return self._run(replay_op(self.settings, job_ids, limit=limit))  # type: ignore[no-any-return]
+        ``limit`` oldest); returns the ids replayed. Ids go 1,000 per script call."""
+        if not job_ids:
+            return self._run(replay_op(self.settings, limit=limit))  # type: ignore[no-any-return]
+        return [job_id for chunk in _chunks(job_ids)
+                for job_id in self._run(replay_op(self.settings, chunk, limit=limit))]
 
     def purge(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> int:
-        return self._run(purge_op(self.settings, job_ids, limit=limit))  # type: ignore[no-any-return]
+        """Deletes dead jobs for good (given ids, or the ``limit`` oldest); returns how many."""
+        if not job_ids:
+            return self._run(purge_op(self.settings, limit=limit))  # type: ignore[no-any-return]
+        return sum(self._run(purge_op(self.settings, chunk, limit=limit)) for chunk in _chunks(job_ids))
 
     def cancel(self, job_id: str) -> str:
         """Withdraws a job that is not running; returns the status it had."""
@@ -231,18 +255,26 @@ class AsyncQueue(_QueueBase):
         return await self._run(workers_op(self.settings))  # type: ignore[no-any-return]
 
     async def dead_letters(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
-        ids = await self.redis.lrange(self.keys.dead, offset, offset + limit - 1)
+        ids = await self.redis.zrevrange(self.keys.dead, offset, offset + limit - 1)
         pipe = self.redis.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(self.keys.job(job_id))
-        return [JobInfo.from_hash(fields) for fields in await pipe.execute()
-                if fields and "id" in fields]
+        return _dead_infos(ids, await pipe.execute())
+
+    async def dead_count(self) -> int:
+        return int(await self.redis.zcard(self.keys.dead))
 
     async def replay(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> list[str]:
-        return await self._run(replay_op(self.settings, job_ids, limit=limit))  # type: ignore[no-any-return]
+        if not job_ids:
+            return await self._run(replay_op(self.settings, limit=limit))  # type: ignore[no-any-return]
+        return [job_id for chunk in _chunks(job_ids)
+                for job_id in await self._run(replay_op(self.settings, chunk, limit=limit))]
 
     async def purge(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> int:
-        return await self._run(purge_op(self.settings, job_ids, limit=limit))  # type: ignore[no-any-return]
+        if not job_ids:
+            return await self._run(purge_op(self.settings, limit=limit))  # type: ignore[no-any-return]
+        return sum([await self._run(purge_op(self.settings, chunk, limit=limit))
+                    for chunk in _chunks(job_ids)])
 
     async def cancel(self, job_id: str) -> str:
         return await self._run(cancel_op(self.settings, job_id))  # type: ignore[no-any-return]

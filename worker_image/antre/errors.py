@@ -21,6 +21,11 @@ class PayloadTooLarge(InvalidArgument):
     """The encoded payload is over the queue's size limit."""
 
 
+class IdempotencyConflict(InvalidArgument):
+    """The idempotency key already names a job of another type or payload: a key dedupes one
+    request, it does not hand out the job of a different one (the API answers 409)."""
+
+
 class JobNotFound(AntreError, LookupError):
     """No job with that id exists (never did, or its record expired)."""
 

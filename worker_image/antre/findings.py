@@ -290,6 +290,16 @@ def diagnose(snapshot: Snapshot, thresholds: Thresholds = Thresholds()) -> list[
                         "nothing: jobs for that resource wait until the TTL runs out"))
 
     for worker in snapshot.workers:
+        if worker.stuck_threads:
+            all_slots = worker.stuck_threads >= worker.concurrency
+            add(Finding(Severity.CRITICAL if all_slots else Severity.WARNING, "stuck_threads",
+                        f"worker {worker.worker_id} (pod {worker.pod}): {worker.stuck_threads} "
+                        f"of {worker.concurrency} slot(s) held by handler threads past their job "
+                        "timeout" + ("; it cannot run anything" if all_slots else ""),
+                        "a plain def handler cannot be interrupted: find what it blocks on (a "
+                        "call without a timeout), give that call a timeout or use async def; "
+                        "restarting the pod frees the slots (those jobs were already failed and "
+                        "are retried)"))
         if worker.beat_age_s > thresholds.stale_heartbeat_s:
             add(Finding(Severity.WARNING, "stale_worker",
                         f"worker {worker.worker_id} (pod {worker.pod}) last beat "
@@ -375,7 +385,8 @@ def render(snapshot: Snapshot, findings: Sequence[Finding] | None = None, *,
         for lock in snapshot.locks])
     section("workers", len(snapshot.workers), [
         f"{w.worker_id}  pod={w.pod}  jobs {w.in_flight}/{w.concurrency}  "
-        f"last beat {_s(w.beat_age_s)} ago  up {_s(max(w.read_at_ms - w.started_at_ms, 0) / 1000)}"
+        f"last beat {_s(w.beat_age_s)} ago  "
+        f"up {_s(max(w.read_at_ms - w.started_at_ms, 0) / 1000) if w.started_at_ms else '-'}"
         f"{f'  stuck threads {w.stuck_threads}' if w.stuck_threads else ''}"
         for w in snapshot.workers])
     if snapshot.bad_worker_entries:

@@ -1,5 +1,6 @@
 """The heartbeat loop: every visibility_timeout/3 it extends the leases this worker holds and
-refreshes its registry entry, in one script call (:mod:`antre.protocol.extend_lease`)."""
+the resource locks it keeps for threads still running, and refreshes its registry entry, in one
+script call (:mod:`antre.protocol.extend_lease`)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
+from antre.handler_threads import HandlerThreads
+from antre.held_runs import HeldRuns
 from antre.metrics import WorkerMetrics
 from antre.protocol import scripts
 from antre.protocol.extend_lease import ExtendResult, extend_lease_op
-from antre.protocol.scripts import Lease
 from antre.settings import QueueSettings, WorkerSettings
 
 log = logging.getLogger("antre.heartbeat")
@@ -21,16 +24,15 @@ log = logging.getLogger("antre.heartbeat")
 
 class Heartbeat:
     def __init__(self, redis: Any, queue: QueueSettings, settings: WorkerSettings, *,
-                 worker_id: str, held_leases: Callable[[], list[Lease]],
-                 on_lost: Callable[[str, int], None],
+                 worker_id: str, held: HeldRuns, threads: HandlerThreads,
                  registry_entry: Callable[[], dict[str, Any]],
                  metrics: WorkerMetrics | None = None) -> None:
         self.redis = redis
         self.queue = queue
         self.settings = settings
         self.worker_id = worker_id
-        self.held_leases = held_leases
-        self.on_lost = on_lost
+        self.held = held
+        self.threads = threads
         self.registry_entry = registry_entry
         self.metrics = metrics
         # Registry entries are read by the operator to pick idle pods: beat at least every 5 s.
@@ -38,22 +40,27 @@ class Heartbeat:
         self.registry_ttl_ms = int(max(self.interval_s * 3, 10.0) * 1000)
 
     async def step(self) -> ExtendResult:
-        leases = self.held_leases()
+        leases = self.held.leases()
+        kept = self.threads.kept_locks()
+        sent_at = time.monotonic()
         result = await scripts.run_async(self.redis, extend_lease_op(
             self.queue, leases, lease_ms=self.settings.lease_ms, worker_id=self.worker_id,
             registry_entry_json=json.dumps(self.registry_entry(), separators=(",", ":")),
-            registry_ttl_ms=self.registry_ttl_ms,
+            registry_ttl_ms=self.registry_ttl_ms, kept_locks=kept,
         ))
-        extended = 0
+        renewed = [lease for lease, held in zip(leases, result.held, strict=True) if held]
+        self.held.renewed(renewed, sent_at=sent_at)
         for (job_id, token), held in zip(leases, result.held, strict=True):
-            if held:
-                extended += 1
-            else:
+            if not held:
                 # The token travels along: by the time this reply arrives the job may hold a
                 # newer lease in this worker, which must not be touched.
-                self.on_lost(job_id, token)
-        if self.metrics is not None and extended:
-            self.metrics.lease_extensions.labels(self.queue.name).inc(extended)
+                self.held.lose(job_id, token)
+        for (resource_key, holder), held in zip(kept, result.kept, strict=True):
+            if not held:
+                log.warning("a resource lock kept for a running thread was taken by another job",
+                            extra={"resource_key": resource_key, "holder": holder})
+        if self.metrics is not None and renewed:
+            self.metrics.lease_extensions.labels(self.queue.name).inc(len(renewed))
         return result
 
     async def unregister(self) -> None:
@@ -70,8 +77,8 @@ class Heartbeat:
             try:
                 await self.step()
             except Exception as exc:  # outage, or Redis refusing for a while: keep going
-                # The leases may run out while Redis is away; the reaper then requeues them
-                # and the late settle calls are refused, so nothing runs twice unchecked.
+                # Runs whose lease is not renewed in time are abandoned at their own deadline
+                # (HeldRuns); the reaper requeues their jobs once Redis answers again.
                 failures += 1
                 if failures == 1:  # once per outage, not every second of it
                     log.warning("heartbeat failed; retrying", extra={"error": str(exc)})

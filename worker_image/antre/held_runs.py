@@ -1,20 +1,35 @@
 """The leases one worker process holds: every :class:`~antre.runs.Run` from its claim until its
-settle call returns (running, or waiting for its ack). The heartbeat extends what is listed
-here and reports back what it found lost."""
+settle call returns (running, or waiting for its ack).
+
+The heartbeat extends what is listed here and reports back what it renewed and what it found
+lost. A lease is a timeout: a run whose lease was not renewed in time (Redis unreachable) stops
+being treated as held at its own deadline, measured on this process's monotonic clock from the
+send of the last renewal that succeeded, less a margin. Its async handler is cancelled, and its
+result, like a thread's, is never acknowledged: by then the lease may have expired in Redis and
+the job, or its resource, may belong to another run.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Iterator, Sequence
 
 from antre.outcomes import Outcomes
 from antre.protocol.scripts import Lease
 from antre.runs import Run
 
+#: Part of a lease kept back from the local deadline (at least 100 ms): time to stop the run
+#: before Redis could hand the job or its resource to another.
+DEADLINE_MARGIN = 0.1
+
 
 class HeldRuns:
-    def __init__(self, outcomes: Outcomes) -> None:
+    def __init__(self, outcomes: Outcomes, *, lease_s: float) -> None:
         self.outcomes = outcomes
+        #: How long a renewal (or the claim) keeps a lease, less the margin.
+        self.trusted_s = lease_s - max(lease_s * DEADLINE_MARGIN, 0.1)
         self._runs: dict[str, Run] = {}
+        self._timers: dict[Run, asyncio.TimerHandle] = {}
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -22,16 +37,29 @@ class HeldRuns:
     def __iter__(self) -> Iterator[Run]:
         return iter(list(self._runs.values()))
 
-    def add(self, run: Run) -> None:
+    def add(self, run: Run, *, claim_sent_at: float) -> None:
+        """A newly claimed run; ``claim_sent_at`` (monotonic) is when the claim call was sent."""
         previous = self._runs.get(run.claimed.id)
         if previous is not None:  # a newer lease of a job we still run: the old run is lost
             self.lose(run.claimed.id, previous.claimed.lease, "re-claimed under a newer lease")
         self._runs[run.claimed.id] = run
+        self._set_deadline(run, claim_sent_at + self.trusted_s)
+
+    def renewed(self, leases: Sequence[Lease], *, sent_at: float) -> None:
+        """The heartbeat sent at ``sent_at`` (monotonic) extended ``leases``."""
+        expires_at = sent_at + self.trusted_s
+        for job_id, token in leases:
+            run = self._runs.get(job_id)
+            if run is not None and run.claimed.lease == token and expires_at > run.expires_at:
+                self._set_deadline(run, expires_at)
 
     def forget(self, run: Run) -> None:
         """The run's settle call returned: the lease is no longer this worker's to keep."""
         if self._runs.get(run.claimed.id) is run:
             del self._runs[run.claimed.id]
+        timer = self._timers.pop(run, None)
+        if timer is not None:
+            timer.cancel()
 
     def leases(self) -> list[Lease]:
         """The leases the heartbeat extends: runs neither lost nor given back."""
@@ -50,5 +78,18 @@ class HeldRuns:
         # the slot until the thread returns, and what it returns is discarded.
         if run.cancellable and run.task is not None and not run.task.done():
             run.task.cancel()
-        del self._runs[job_id]
+        self.forget(run)
         self.outcomes.record(run, "lease_lost", error=reason)
+
+    def _set_deadline(self, run: Run, expires_at: float) -> None:
+        run.expires_at = expires_at
+        loop = asyncio.get_running_loop()
+        timer = self._timers.pop(run, None)
+        if timer is not None:
+            timer.cancel()
+        self._timers[run] = loop.call_at(expires_at, self._expired, run)
+
+    def _expired(self, run: Run) -> None:
+        self._timers.pop(run, None)
+        self.lose(run.claimed.id, run.claimed.lease,
+                  "lease not renewed before its deadline (Redis unreachable?); run abandoned")

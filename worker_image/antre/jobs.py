@@ -58,6 +58,8 @@ class ClaimedJob:
     resource_key: str | None
     created_at_ms: int
     headers_json: str
+    #: The Redis clock at the claim (ms); with created_at_ms, the job's age on one clock.
+    claimed_at_ms: int = 0
 
 
 StepRecorder = Callable[[str, str], Awaitable[None]]
@@ -127,12 +129,14 @@ class HistoryEvent:
 
 @dataclass(frozen=True, slots=True)
 class JobInfo:
-    """A job record as stored, for ``Queue.get`` and ``antre job``."""
+    """A job record as stored, for ``Queue.get``, the dead letters and ``antre job``."""
 
     id: str
     type: str
+    #: The decoded payload; the stored text when it is not JSON (see payload_error).
     payload: Any
-    status: JobStatus
+    #: A :class:`JobStatus`; any other stored text as it is.
+    status: str
     attempt: int
     max_attempts: int
     idempotency_key: str | None
@@ -144,29 +148,38 @@ class JobInfo:
     outcome: str | None
     history: tuple[HistoryEvent, ...]
     steps: dict[str, Any]
+    #: Why the stored payload could not be decoded (then ``payload`` is its raw text), or None.
+    payload_error: str | None = None
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> JobInfo:
+        """Never raises for a record that has an id: a reader exists to show what is stored,
+        including the record a foreign producer got wrong. What cannot be decoded is kept as
+        the stored text; numbers that cannot be read count as 0."""
         history = []
         steps: dict[str, Any] = {}
         for name, value in fields.items():
             if name.startswith("h:"):
-                raw = json.loads(value)
-                history.append(HistoryEvent(
-                    n=int(raw["n"]), event=raw["event"], at_ms=int(raw["at"]),
-                    attempt=raw.get("attempt"), worker=raw.get("worker"), error=raw.get("error"),
-                ))
+                history.append(_history_event(name, value))
             elif name.startswith("step:"):
-                steps[name[5:]] = json.loads(value)
+                steps[name[5:]] = _json_or_text(value)
         history.sort(key=lambda event: event.n)
+        payload_text = fields.get("payload", "null")
+        payload_error = None
+        try:
+            payload = json.loads(payload_text)
+        except ValueError as exc:
+            payload, payload_error = payload_text, f"undecodable payload: {exc}"
+        status = fields.get("status", "")
         return cls(
-            id=fields["id"], type=fields["type"], payload=json.loads(fields["payload"]),
-            status=JobStatus(fields["status"]), attempt=int(fields.get("attempt", 0)),
-            max_attempts=int(fields.get("max_attempts", 0)),
+            id=fields["id"], type=fields.get("type", ""), payload=payload,
+            status=JobStatus(status) if status in _STATUSES else status,
+            attempt=_int(fields.get("attempt")), max_attempts=_int(fields.get("max_attempts")),
             idempotency_key=fields.get("idempotency_key"), resource_key=fields.get("resource_key"),
-            created_at_ms=int(fields["created_at"]), updated_at_ms=int(fields["updated_at"]),
+            created_at_ms=_int(fields.get("created_at")), updated_at_ms=_int(fields.get("updated_at")),
             last_error=fields.get("last_error"), worker=fields.get("worker"),
             outcome=fields.get("outcome"), history=tuple(history), steps=steps,
+            payload_error=payload_error,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -177,6 +190,7 @@ class JobInfo:
             "created_at_ms": self.created_at_ms, "updated_at_ms": self.updated_at_ms,
             "last_error": self.last_error, "worker": self.worker, "outcome": self.outcome,
             "steps": self.steps,
+            **({"payload_error": self.payload_error} if self.payload_error else {}),
             "history": [
                 {k: v for k, v in (("n", e.n), ("event", e.event), ("at_ms", e.at_ms),
                                    ("attempt", e.attempt), ("worker", e.worker),
@@ -184,3 +198,38 @@ class JobInfo:
                 for e in self.history
             ],
         }
+
+
+_STATUSES = frozenset(status.value for status in JobStatus)
+
+
+def _int(value: str | None) -> int:
+    """A stored counter or time; text another producer wrote ("5.0", "") as best it reads."""
+    if value is None:
+        return 0
+    try:
+        return int(value)
+    except ValueError:
+        try:
+            return int(float(value))
+        except (ValueError, OverflowError):
+            return 0
+
+
+def _json_or_text(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _history_event(name: str, value: str) -> HistoryEvent:
+    try:
+        raw = json.loads(value)
+        return HistoryEvent(n=int(raw["n"]), event=str(raw["event"]), at_ms=int(raw["at"]),
+                            attempt=raw.get("attempt"), worker=raw.get("worker"),
+                            error=raw.get("error"))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        # Shown where its ring slot puts it, with what is stored.
+        slot = _int(name[2:])
+        return HistoryEvent(n=slot, event="unreadable", at_ms=0, error=value[:500])

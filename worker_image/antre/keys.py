@@ -9,9 +9,10 @@ Layout for prefix ``antre`` and queue ``Q`` (Redis type in brackets):
 - ``antre:{Q}:queue``        [List]   ready job ids; producers LPUSH, workers pop from the right
 - ``antre:{Q}:processing``   [ZSET]   job id -> lease deadline (ms since epoch)
 - ``antre:{Q}:retry``        [ZSET]   job id -> due time (ms); retries and delayed jobs
-- ``antre:{Q}:dead``         [List]   dead-lettered job ids, newest at the left
+- ``antre:{Q}:dead_letters`` [ZSET]   dead-lettered job id -> when it died (microseconds)
+- ``antre:{Q}:dead``         [List]   dead ids as older versions kept them; the reaper moves them
 - ``antre:{Q}:job:<id>``     [Hash]   the job record (see PROTOCOL.md)
-- ``antre:{Q}:idem:<key>``   [String] idempotency key -> ``<job id>`` or ``<job id>|done``
+- ``antre:{Q}:idem:<key>``   [String] idempotency key -> ``<job id>[|<digest>]``, then ``...|done``
 - ``antre:{Q}:lock:<res>``   [String] resource lock -> ``<job id>:<lease token>``
 - ``antre:{Q}:stats``        [Hash]   counters (done, dead, retried, ...)
 - ``antre:{Q}:workers``      [ZSET]   worker id -> last heartbeat (ms)
@@ -92,6 +93,13 @@ class QueueKeys:
 
     @property
     def dead(self) -> str:
+        """The dead letters."""
+        return self.base + "dead_letters"
+
+    @property
+    def legacy_dead(self) -> str:
+        """The dead list of older versions, emptied by the reaper (older workers may still push to it
+        during a rolling upgrade)."""
         return self.base + "dead"
 
     @property

@@ -27,16 +27,17 @@ class MetricsServer:
 
 
 async def serve_metrics(registry: CollectorRegistry, *, port: int, host: str = "0.0.0.0",
-                        healthy: Callable[[], bool] | None = None) -> MetricsServer:
-    """Starts serving on the running event loop; ``cleanup()`` stops it."""
+                        health: Callable[[], tuple[bool, str]] | None = None) -> MetricsServer:
+    """Starts serving on the running event loop; ``cleanup()`` stops it. ``health`` answers
+    /healthz: whether the process is healthy (200, else 503) and a line saying why."""
     app = web.Application()
     app.router.add_get("/metrics", make_aiohttp_handler(registry))
-    if healthy is not None:
-        check = healthy
+    if health is not None:
+        check = health
 
         async def healthz(_: web.Request) -> web.Response:
-            ok = check()
-            return web.Response(status=200 if ok else 503, text="ok\n" if ok else "unhealthy\n")
+            ok, detail = check()
+            return web.Response(status=200 if ok else 503, text=detail + "\n")
 
         app.router.add_get("/healthz", healthz)
     runner = web.AppRunner(app, access_log=None)

@@ -118,7 +118,9 @@ _SCHEMAS: dict[str, Any] = {
         "properties": {
             "id": {"type": "string"},
             "type": {"type": "string"},
-            "payload": {},
+            "payload": {"description": "The decoded payload; the stored text when it is not "
+                                       "JSON (then payload_error says why)"},
+            "payload_error": {"type": "string"},
             "status": {"type": "string", "enum": [str(s) for s in JobStatus]},
             "attempt": {"type": "integer"},
             "max_attempts": {"type": "integer"},
@@ -246,6 +248,8 @@ def document(*, version: str = "0.1.0") -> dict[str, Any]:
                     "202": _json(_ref("EnqueueResponse"), "Job created"),
                     "200": _json(_ref("EnqueueResponse"),
                                  "The idempotency key is live: the existing job"),
+                    "409": _error("The idempotency key already names a job of another type or "
+                                  "payload"),
                 }, params=[_QUEUE_PARAM], body="EnqueueRequest")},
             "/v1/queues/{queue}/jobs/{job_id}": {"get": _operation(
                 "getJob", "A job with its status, attempt, last error and history", {

@@ -39,11 +39,10 @@ class Outages:
             self.metrics.redis_errors.labels(self.queue_name, operation).inc()
         await asyncio.sleep(OUTAGE_BACKOFF.delay_ms(count) / 1000 + 0.01)
 
-    async def settle(self, op: scripts.Op[T], *, budget_s: float) -> T:
-        """Runs a settle call, retrying through an outage for up to ``budget_s``: after a lease's
-        length the lease is gone anyway and the reaper owns the job. A refusal of the script
-        itself (lease lost, job gone) is raised at once."""
-        deadline = time.monotonic() + budget_s
+    async def settle(self, op: scripts.Op[T], *, budget_s: float | None) -> T:
+        """Runs a settle call, retrying through an outage for up to ``budget_s`` (None: until it
+        lands). A refusal of the script itself (lease lost, job gone) is raised at once."""
+        deadline = time.monotonic() + (float("inf") if budget_s is None else budget_s)
         attempt = 0
         while True:
             try:

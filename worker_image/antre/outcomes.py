@@ -4,7 +4,6 @@ the worker and its ack batcher."""
 from __future__ import annotations
 
 import logging
-import time
 
 from antre import logs
 from antre.metrics import WorkerMetrics
@@ -23,17 +22,17 @@ class Outcomes:
         self.succeeded = 0
 
     def record(self, run: Run, outcome: str, *, error: str | None = None,
-               level: int = logging.INFO) -> None:
+               level: int = logging.INFO, acked_at_ms: int | None = None) -> None:
+        """``acked_at_ms``: the Redis clock at the ack, for the end-to-end latency (both ends
+        on the clock that stamped created_at)."""
         claimed = run.claimed
         if outcome == "succeeded":
             self.succeeded += 1
         if self.metrics is not None:
             self.metrics.outcome(claimed.type, outcome)
-            if outcome == "succeeded":
-                # Wall clock against the Redis clock that stamped created_at: close enough for
-                # a histogram whose smallest bucket is 5 ms.
-                latency = max(time.time() - claimed.created_at_ms / 1000, 0.0)
-                self.metrics.latency.labels(self.queue_name, claimed.type).observe(latency)
+            if acked_at_ms is not None:
+                self.metrics.observe_latency(claimed.type,
+                                             max(acked_at_ms - claimed.created_at_ms, 0) / 1000)
         if outcome == "lease_lost":
             level = logging.WARNING
         logs.job_event(_EVENTS.get(outcome, outcome), claimed, worker_id=self.worker_id,

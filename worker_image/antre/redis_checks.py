@@ -1,4 +1,5 @@
-"""Checks of the Redis server's configuration that decide whether leases can be trusted."""
+"""Facts about the Redis server: the configuration that decides whether leases can be trusted,
+and its clock (the only clock antre compares times on)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,11 @@ def eviction_policy_warning_sync(client: Any) -> str | None:
 
 async def eviction_policy_warning(client: Any) -> str | None:
     return describe_policy(_policy_from_info(await client.info("memory")))
+
+
+async def server_time_ms(client: Any) -> int:
+    """The Redis clock, ms since the epoch."""
+    reply = await client.time()
+    if isinstance(reply, dict):  # a cluster client answers per node
+        reply = next(iter(reply.values()))
+    return int(reply[0]) * 1000 + int(reply[1]) // 1000

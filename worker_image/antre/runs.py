@@ -1,8 +1,6 @@
 """What the worker's parts share about one leased job: :class:`Run`, from claim until its settle
-call returns, and :class:`Failure`, why a run failed and how to settle it.
-
-The worker creates runs; the heartbeat, the ack batcher and the outcome reports read them.
-"""
+call returns. The worker creates runs; the heartbeat, the ack batcher, the handler threads and
+the outcome reports read them."""
 
 from __future__ import annotations
 
@@ -14,19 +12,6 @@ from antre.jobs import ClaimedJob
 from antre.protocol.scripts import Lease
 
 
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """Why a run failed, and how to settle it."""
-
-    error: str
-    #: Retry after this many seconds; None uses the backoff.
-    delay_s: float | None = None
-    #: Straight to dead: retrying is useless.
-    permanent: bool = False
-    #: Leave the resource lock to expire instead of freeing it (the run may still be going).
-    keep_lock: bool = False
-
-
 @dataclass(slots=True, eq=False)
 class Run:
     """One leased job in this process, from claim until its settle call returns."""
@@ -35,7 +20,10 @@ class Run:
     task: asyncio.Task[None] | None = None
     #: Monotonic clock at the claim.
     started: float = field(default_factory=time.monotonic)
-    #: The heartbeat found the lease gone: the result must be discarded.
+    #: Monotonic time by which the lease must have been renewed, or the run stops being
+    #: treated as held (measured from the send of the last renewal that succeeded, less a margin).
+    expires_at: float = float("inf")
+    #: The lease was found gone, or not renewed in time: the result must be discarded.
     lost: bool = False
     #: Shutdown gave the job back: the result must be discarded.
     released: bool = False

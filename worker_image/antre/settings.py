@@ -40,13 +40,18 @@ class QueueSettings:
     # Redis refuses a zero expiry, and a key that never dedupes is no idempotency key.
     idempotency_ttl_s: float = setting(
         DAY_S, env="ANTRE_IDEMPOTENCY_TTL", minimum=0.001,
-        help="seconds an idempotency key deduplicates enqueues after the first")
+        help="unused, accepted so existing configurations stay valid: a key deduplicates for as "
+             "long as its job is live, then for the idempotency done TTL")
     idempotency_done_ttl_s: float = setting(
         DAY_S, env="ANTRE_IDEMPOTENCY_DONE_TTL", minimum=0.001,
         help="seconds a completed idempotency key turns re-runs into duplicates")
+    dead_ttl_s: float = setting(
+        30 * 86_400, env="ANTRE_DEAD_TTL", minimum=0,  # an int, so the docs say 2592000
+        help="seconds a dead letter is kept before the reaper deletes it (with its idempotency "
+             "key); 0 keeps dead letters forever")
     max_payload_bytes: int = setting(
         256 * 1024, env="ANTRE_MAX_PAYLOAD_BYTES", minimum=1,
-        help="largest encoded payload enqueue accepts, in bytes")
+        help="largest encoded payload enqueue accepts, headers included, in bytes")
 
     def __post_init__(self) -> None:
         fields.check(self)
@@ -90,8 +95,9 @@ class WorkerSettings:
         help="waits for a busy resource before the job is dead-lettered")
     metrics_port: int | None = setting(
         None, env="ANTRE_METRICS_PORT", flag="--metrics-port", minimum=0, maximum=65535,
-        help="serve /metrics (Prometheus) and /healthz (unhealthy once a worker loop died) on "
-             "this port; none: off")
+        help="serve /metrics (Prometheus) and /healthz on this port (503 once a worker loop "
+             "died, or once every slot is held by a handler thread past its job timeout; the "
+             "body says which); none: off")
     pod_name: str | None = setting(
         None, env="POD_NAME",
         help="name in the worker registry (the operator uses it to scale down idle pods "

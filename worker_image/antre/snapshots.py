@@ -7,7 +7,7 @@ The reads are written once, as a generator (:func:`_reads`) that yields each rou
 on an asyncio client for the API's dashboard, so both show the same numbers from the same code.
 
 Read-only and bounded whatever the queue's size: the depth script twice, then one pipeline
-(ZRANGEBYSCORE on the processing and retry sets, LRANGE of the newest dead ids, the running
+(ZRANGEBYSCORE on the processing and retry sets, ZREVRANGE of the newest dead ids, the running
 jobs), one pipeline of HMGETs for what those name, the resource locks of the running jobs and
 at most :data:`LOCK_SCAN_CALLS` SCAN calls over the lock prefix (which also finds locks no
 running job explains), and the worker registry. :mod:`antre.findings` turns the snapshot into
@@ -101,7 +101,7 @@ def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | N
         _call("zcount", k.retry, "-inf", overdue_cutoff),
         _call("zrangebyscore", k.retry, "-inf", overdue_cutoff, start=0, num=READ_LIMIT,
               withscores=True),
-        _call("lrange", k.dead, 0, DEAD_READ_LIMIT - 1),
+        _call("zrevrange", k.dead, 0, DEAD_READ_LIMIT - 1),
         _call("zrange", k.processing, 0, RUNNING_READ_LIMIT - 1),
     ))
     scanned_keys, scan_complete = yield _Scan(k.lock_prefix + "*")

@@ -19,10 +19,10 @@ import socket
 import time
 from typing import Any
 
-from antre import logs, queue_registry, redis_checks, tracing
+from antre import failures, logs, queue_registry, redis_checks, tracing
 from antre.ack_batcher import AckBatcher
-from antre.errors import LeaseLost, Permanent, RedisUnavailable, Retry
-from antre.handler_threads import HandlerThreads, ThreadTimeout
+from antre.failures import Failure
+from antre.handler_threads import HandlerThreads
 from antre.handlers import Handler, HandlerRegistry
 from antre.heartbeat import Heartbeat
 from antre.held_runs import HeldRuns
@@ -33,16 +33,17 @@ from antre.outcomes import Outcomes
 from antre.protocol import scripts
 from antre.protocol.checkpoint import checkpoint_op
 from antre.protocol.claim import claim_op
-from antre.protocol.fail import fail_op
-from antre.protocol.release import release_op
 from antre.reaper import Reaper
-from antre.runs import Failure, Run
+from antre.runs import Run
 from antre.settings import QueueSettings, WorkerSettings
+from antre.settling import Settler
 
 log = logging.getLogger("antre.worker")
 
 #: Longest blocking wait on an empty queue; bounds how late a due retry or a stop is noticed.
 IDLE_WAIT_S = 1.0
+#: How long async handlers get to end once cancelled at shutdown, before their lock is kept.
+CANCEL_WAIT_S = 1.0
 
 
 def _headers(headers_json: str) -> dict[str, str]:
@@ -74,7 +75,8 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.metrics = metrics
         self.pod = settings.pod_name or os.environ.get("POD_NAME") or socket.gethostname()
-        self.started_at_ms = int(time.time() * 1000)
+        #: When the worker started, on the Redis clock (read at start), for uptimes.
+        self.started_at_ms: int | None = None
         self._running = 0
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -84,16 +86,23 @@ class Worker:
         self.outages = Outages(redis, queue_name=queue.name, worker_id=self.worker_id,
                                metrics=metrics)
         self.outcomes = Outcomes(queue.name, self.worker_id, metrics)
-        self.held = HeldRuns(self.outcomes)
-        self.threads = HandlerThreads(settings.concurrency, on_slot_freed=self._slot_freed.set)
+        self.held = HeldRuns(self.outcomes, lease_s=settings.visibility_timeout_s)
+        self.threads = HandlerThreads(settings.concurrency, on_slot_freed=self._slot_freed.set,
+                                      on_lock_freed=lambda run: self.settler.unlock_soon(run))
+        self.settler = Settler(redis, queue, settings, worker_id=self.worker_id,
+                               outages=self.outages, outcomes=self.outcomes, held=self.held,
+                               threads=self.threads)
         self.acks = AckBatcher(queue, worker_id=self.worker_id, outages=self.outages,
-                               outcomes=self.outcomes, budget_s=settings.visibility_timeout_s,
+                               outcomes=self.outcomes, retry_window_s=settings.visibility_timeout_s,
                                on_settled=self.held.forget)
-        self.heartbeat = Heartbeat(
-            redis, queue, settings, worker_id=self.worker_id, held_leases=self.held.leases,
-            on_lost=self.held.lose, registry_entry=self._registry_entry, metrics=metrics)
+        self.heartbeat = Heartbeat(redis, queue, settings, worker_id=self.worker_id,
+                                   held=self.held, threads=self.threads,
+                                   registry_entry=self._registry_entry, metrics=metrics)
         self.reaper = Reaper(redis, queue, interval_s=settings.reaper_interval_s,
                              holder=self.worker_id, metrics=metrics)
+        if metrics is not None:
+            metrics.limit_types(handlers.names)
+            metrics.overdue_threads.labels(queue.name).set_function(lambda: self.threads.overdue)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -113,12 +122,23 @@ class Worker:
         """Runs this worker has acknowledged."""
         return self.outcomes.succeeded
 
-    def healthy(self) -> bool:
-        """For the liveness probe: False once one of the worker's loops has ended while the
-        worker is not stopping (they only end on a defect; a restart is the cure)."""
+    def health(self) -> tuple[bool, str]:
+        """For the liveness probe: unhealthy once one of the worker's loops has ended while the
+        worker is not stopping (they only end on a defect), or when every slot is held by a
+        handler thread past its job timeout (nothing can run): a restart is the cure."""
+        overdue = self.threads.overdue
+        note = (f"; {overdue} of {self.settings.concurrency} slot(s) held by handler threads "
+                "past their job timeout") if overdue else ""
         if self._stopping.is_set():
-            return True
-        return all(not task.done() for task in self._loops)
+            return True, "stopping" + note
+        if not all(not task.done() for task in self._loops):
+            return False, "a worker loop ended" + note
+        if overdue >= self.settings.concurrency:
+            return False, "no free slot" + note
+        return True, "ok" + note
+
+    def healthy(self) -> bool:
+        return self.health()[0]
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -128,6 +148,7 @@ class Worker:
             "worker_id": self.worker_id, "queue": self.queue.name, "pod": self.pod,
             "concurrency": self.settings.concurrency, "handlers": self.handlers.names})
         with contextlib.suppress(Exception):  # Redis may be down; the loops retry
+            self.started_at_ms = await redis_checks.server_time_ms(self.redis)
             await self.heartbeat.step()  # register at once, so the operator sees us
         claimer = asyncio.create_task(self._claim_loop(), name="antre-claim")
         background = [
@@ -151,6 +172,7 @@ class Worker:
                     task.cancel()
             await asyncio.gather(claimer, *background, return_exceptions=True)
             await self.heartbeat.unregister()
+            await self.settler.finish()
             self.threads.shutdown()
             log.info("worker stopped", extra={"worker_id": self.worker_id,
                                               "succeeded": self.succeeded})
@@ -165,7 +187,9 @@ class Worker:
             log.warning(warning, extra={"queue": self.queue.name})
 
     async def _drain(self) -> None:
-        """Lets running jobs finish within the grace period, then releases the rest."""
+        """Lets running jobs finish within the grace period, then releases the rest. Async
+        handlers are cancelled first; a run that cannot be stopped (a thread) keeps its resource
+        lock while the process lives, and the lock expires one lease after it exits."""
         deadline = time.monotonic() + self.settings.grace_period_s
         while self._running and time.monotonic() < deadline:
             tasks = [run.task for run in self.held if run.task and not run.task.done()]
@@ -177,17 +201,17 @@ class Worker:
         if unfinished:
             for run in unfinished:
                 run.released = True
-            try:
-                released = await self.outages.settle(release_op(
-                    self.queue, [run.lease for run in unfinished], worker_id=self.worker_id,
-                    reason="worker shutting down"), budget_s=5.0)
-            except (RedisUnavailable, LeaseLost):
-                released = [False] * len(unfinished)
-            for run, ok in zip(unfinished, released, strict=True):
+                if run.cancellable and run.task is not None:
+                    run.task.cancel()
+            cancelled = [run.task for run in unfinished if run.cancellable and run.task]
+            if cancelled:
+                await asyncio.wait(cancelled, timeout=CANCEL_WAIT_S)
+            await self.settler.release(unfinished, still_going={
+                run for run in unfinished
+                if self.threads.running(run) or (run.task and not run.task.done())})
+            for run in unfinished:  # a thread goes on, but nothing waits for it any more
                 if run.task is not None:
                     run.task.cancel()
-                self.held.forget(run)
-                self.outcomes.record(run, "released" if ok else "lease_lost")
         settling = [run.task for run in self.held if run.task and not run.task.done()]
         if settling:  # fail calls already under way: let them land
             await asyncio.wait(settling, timeout=10.0)
@@ -206,7 +230,7 @@ class Worker:
             try:
                 # Never cancelled mid-call: a claim whose reply is lost would strand its jobs
                 # until their leases expire.
-                claim_ns = time.time_ns()
+                claim_ns, claim_sent_at = time.time_ns(), time.monotonic()
                 result = await scripts.run_async(self.redis, claim_op(
                     self.queue, self.settings, worker_id=self.worker_id, max_jobs=free))
             except Exception as exc:  # an outage, or Redis refusing (LOADING, READONLY...)
@@ -221,10 +245,13 @@ class Worker:
                                      worker_id=self.worker_id)
                 if self.metrics is not None:
                     self.metrics.outcome(duplicate.type, "duplicate")
+            if result.jobs and time.monotonic() >= claim_sent_at + self.held.trusted_s:
+                await self.settler.give_back(result.jobs)
+                continue
             if result.jobs:
                 for claimed in result.jobs:
                     tracing.record_claim(self.queue.name, claimed, claim_ns, time.time_ns())
-                    self._start(claimed)
+                    self._start(claimed, claim_sent_at)
                 continue
             if result.duplicates:
                 continue
@@ -254,9 +281,9 @@ class Worker:
 
     # -- running ---------------------------------------------------------------------------
 
-    def _start(self, claimed: ClaimedJob) -> None:
+    def _start(self, claimed: ClaimedJob, claim_sent_at: float) -> None:
         run = Run(claimed)
-        self.held.add(run)
+        self.held.add(run, claim_sent_at=claim_sent_at)
         self._running += 1
         run.task = asyncio.create_task(self._execute(run))
         logs.job_event("claimed", claimed, worker_id=self.worker_id, level=logging.DEBUG)
@@ -277,17 +304,17 @@ class Worker:
             return
         run.settling = True
         if self.metrics is not None:  # every finished run, failed ones included
-            self.metrics.observe(claimed.type, time.monotonic() - run.started, None)
+            self.metrics.observe(claimed.type, time.monotonic() - run.started)
         if failure is None:
             self.acks.add(run)
             return
-        await self._fail(run, handler, failure)
+        await self.settler.fail(run, failure, handler.backoff if handler and handler.backoff
+                                else self.settings.backoff)
 
     async def _attempt(self, handler: Handler | None, run: Run) -> Failure | None:
         claimed = run.claimed
         if handler is None:
-            return Failure(f"unknown job type {claimed.type!r}; this worker serves "
-                           f"{self.handlers.names}", permanent=True)
+            return failures.unknown_type(claimed, self.handlers.names)
         try:
             payload = json.loads(claimed.payload_json)
         except ValueError as exc:
@@ -310,20 +337,9 @@ class Worker:
                     outcome = handler.fn(job)
                     await (asyncio.wait_for(outcome, timeout_s) if timeout_s is not None else outcome)
                 else:
-                    await self.threads.call(handler.fn, job, timeout_s)
-        except Retry as exc:
-            return Failure(f"Retry: {exc}", delay_s=exc.delay)
-        except Permanent as exc:
-            return Failure(f"Permanent: {exc}", permanent=True)
-        except TimeoutError:
-            return Failure(f"timed out after {timeout_s} s (job timeout)")
-        except ThreadTimeout:
-            return Failure(f"timed out after {timeout_s} s (job timeout); the handler thread could "
-                           "not be interrupted and may still be running", keep_lock=True)
-        except LeaseLost as exc:
-            return Failure(f"lease lost: {exc}")
+                    await self.threads.call(run, handler.fn, job, timeout_s)
         except Exception as exc:
-            return Failure(f"{type(exc).__name__}: {exc}")
+            return failures.from_exception(exc, timeout_s=timeout_s)
         return None
 
     async def _record_step(self, claimed: ClaimedJob, step: str, value_json: str) -> None:
@@ -335,37 +351,12 @@ class Worker:
         fields = await self.redis.hgetall(self.queue.keys.job(claimed.id))
         return {name[5:]: value for name, value in fields.items() if name.startswith("step:")}
 
-    # -- settling --------------------------------------------------------------------------
-
-    async def _fail(self, run: Run, handler: Handler | None, failure: Failure) -> None:
-        claimed = run.claimed
-        if failure.permanent:
-            delay_ms = None
-        elif failure.delay_s is not None:
-            delay_ms = int(failure.delay_s * 1000)
-        else:
-            backoff = (handler.backoff if handler and handler.backoff else self.settings.backoff)
-            delay_ms = backoff.delay_ms(claimed.attempt)
-        error = failure.error
-        try:
-            result = await self.outages.settle(fail_op(
-                self.queue, run.lease, error=error, retry_delay_ms=delay_ms,
-                worker_id=self.worker_id, keep_lock=failure.keep_lock),
-                budget_s=self.settings.visibility_timeout_s)
-        except (LeaseLost, RedisUnavailable):
-            self.outcomes.record(run, "lease_lost", error=error)
-        else:
-            outcome = "retried" if result.outcome == "retrying" else "dead"
-            self.outcomes.record(run, outcome, error=error, level=logging.WARNING)
-        finally:
-            self.held.forget(run)
-
     # -- registry --------------------------------------------------------------------------
 
     def _registry_entry(self) -> dict[str, Any]:
         return {
             "worker_id": self.worker_id, "pod": self.pod, "host": socket.gethostname(),
             "pid": os.getpid(), "queue": self.queue.name, "in_flight": len(self.held),
-            "concurrency": self.settings.concurrency, "started_at_ms": self.started_at_ms,
+            "concurrency": self.settings.concurrency, "started_at_ms": self.started_at_ms or 0,
             "stuck_threads": self.threads.overdue,
         }

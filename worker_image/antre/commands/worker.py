@@ -79,7 +79,7 @@ async def _serve(url: str, queue_settings: settings.QueueSettings,
         if worker_settings.metrics_port is not None:
             try:
                 server = await serve_metrics(metrics.registry, port=worker_settings.metrics_port,
-                                             healthy=worker.healthy)
+                                             health=worker.health)
             except OSError as exc:
                 raise listen_error("--metrics-port", "0.0.0.0", worker_settings.metrics_port,
                                    exc) from None

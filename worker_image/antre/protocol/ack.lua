@@ -1,57 +1,119 @@
--- ack: settle jobs as done, in a batch; each needs its current lease token (fencing).
--- KEYS[1] -> <prefix>:{Q}:processing  (ZSET)
--- KEYS[2] -> <prefix>:{Q}:stats       (Hash)
+-- ack: settle jobs as done, in a batch; each needs its lease to be held (fencing).
+-- KEYS[1] -> <prefix>:{Q}:processing    (ZSET, id -> lease deadline ms)
+-- KEYS[2] -> <prefix>:{Q}:stats         (Hash)
+-- KEYS[3] -> <prefix>:{Q}:queue         (List; an expired lease goes back here)
+-- KEYS[4] -> <prefix>:{Q}:dead_letters  (ZSET; an expired lease of a last attempt)
 -- Undeclared keys under the same {Q} tag: job hashes, idempotency keys, resource locks.
--- ARGV[1] -> done_ttl_ms (0 deletes the record at once)
+-- ARGV[1] -> done_ttl_ms (0 keeps no record: only a stub that answers a retried ack)
 -- ARGV[2] -> idempotency_done_ttl_ms (how long a completed key keeps deduplicating)
 -- ARGV[3] -> job key prefix, ARGV[4] -> idempotency key prefix, ARGV[5] -> lock key prefix
 -- ARGV[6] -> worker id (the claimer's: part of the fence, with the lease token)
--- ARGV[7..] -> pairs: job id, lease token
--- Returns: one integer per pair: 1 acked (or already acked with this lease: a retry whose first
---          reply was lost), 0 not the lease holder (the ack changed nothing).
+-- ARGV[7] -> stub_ttl_ms: with done_ttl_ms 0, how long the stub lives (the worker's retry window)
+-- ARGV[8..] -> pairs: job id, lease token
+-- Returns: {now_ms, then one integer per pair}: 1 acked. That includes an ack retried after its
+--          reply was lost (the job is already done with this lease), and a late ack of a last
+--          attempt whose lease had expired: the run finished, so the job ends done, not dead.
+--          0 refused, nothing settled: not the lease holder (requeued, settled or claimed by
+--          another worker), or the resource lock is no longer the run's own; or the lease
+--          deadline passed, in which case the job is requeued here as the reaper would (the
+--          attempt counts) and runs again.
 -- Errors: none of its own.
-local processing_key, stats_key = KEYS[1], KEYS[2]
+local processing_key, stats_key, ready_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local done_ttl_ms, idem_done_ttl_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local job_prefix, idem_prefix, lock_prefix, worker = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local stub_ttl_ms = tonumber(ARGV[7])
 local now = now_ms()
-local result, settled, records = {}, {}, {}
-
--- First pass: fencing. A lease is ours when the job is processing under our token AND was
--- claimed by this worker (a rolled-back counter after a failover cannot fake both).
-for i = 7, #ARGV, 2 do
-  local id, lease = ARGV[i], ARGV[i + 1]
-  local f = redis.call('HMGET', job_prefix .. id, 'status', 'lease', 'idempotency_key',
-    'resource_key', 'events', 'attempt', 'outcome', 'worker')
-  if f[1] == 'processing' and f[2] == lease and f[8] == worker then
-    settled[#settled + 1] = id
-    records[#records + 1] = {id, lease, f}
-    result[#result + 1] = 1
-  elseif f[1] == 'done' and f[2] == lease and f[7] == 'succeeded' and f[8] == worker then
-    result[#result + 1] = 1  -- a retried ack whose first reply was lost
-  else
-    result[#result + 1] = 0
-  end
+local reply, ids, leases = {now}, {}, {}
+for i = 8, #ARGV, 2 do
+  ids[#ids + 1] = ARGV[i]
+  leases[#leases + 1] = ARGV[i + 1]
 end
-if #settled == 0 then return result end
+if #ids == 0 then return reply end
+local deadlines = zmscore_all(processing_key, ids)
+
+-- First pass, reads only: which runs settle as done, and which leases have expired.
+local settled, expired, late, removed = {}, {}, {}, {}
+for j, id in ipairs(ids) do
+  local lease = leases[j]
+  local f = read_fields(job_prefix .. id, 'status', 'lease', 'worker', 'resource_key',
+    'idempotency_key', 'events', 'attempt', 'outcome', 'max_attempts', 'expired_lease',
+    'idempotency_digest')
+  local ours = f[2] == lease and f[3] == worker
+  local ok = 0
+  if ours and f[1] == 'processing' then
+    local deadline = deadlines[j] and tonumber(deadlines[j])
+    if deadline and deadline < now then
+      -- Not trusted as held any more: the lease is treated as the reaper would treat it.
+      expired[#expired + 1] = {j, id, lease, f}
+      removed[#removed + 1] = id
+    elseif lease_held(f, id, lease, worker, deadline, now, lock_prefix) then
+      settled[#settled + 1] = {j, id, lease, f}
+      removed[#removed + 1] = id
+      ok = 1
+    end
+  elseif ours and f[1] == 'done' and f[8] == 'succeeded' then
+    ok = 1  -- a retried ack whose first reply was lost
+  elseif ours and f[1] == 'dead' and f[10] == lease then
+    late[#late + 1] = {j, id, lease, f}  -- its last attempt expired; this ack says it finished
+    removed[#removed + 1] = id
+    ok = 1
+  end
+  reply[j + 1] = ok
+end
+if #removed == 0 then return reply end
 
 -- ZREM first: a write that cannot grow memory admits the script when Redis is at maxmemory
--- (noeviction), so a full Redis can still ack, which is what frees memory.
-zrem_all(processing_key, settled)
-for _, record in ipairs(records) do
-  local id, lease, f = record[1], record[2], record[3]
+-- (noeviction), so a full Redis can still ack, which is what frees memory. (A late ack's id is
+-- not in the processing set; ZREM of it there is harmless.)
+zrem_all(processing_key, removed)
+
+local function settle_done(id, lease, f, note)
   local job_key = job_prefix .. id
   if done_ttl_ms > 0 then
-    local n, hfield, hvalue = history_entry(f[5], 'acked', now, f[6], worker, nil)
+    local n, hfield, hvalue = history_entry(f[6], 'acked', now, f[7], worker, note)
     redis.call('HSET', job_key, 'status', 'done', 'outcome', 'succeeded', 'updated_at', now,
       'finished_at', now, 'events', n, hfield, hvalue)
     redis.call('PEXPIRE', job_key, done_ttl_ms)
   else
-    redis.call('DEL', job_key)  -- nothing kept: the cheapest ack (claim 2 + ack 2 commands)
+    -- Nothing kept but a stub, so a retried ack (its first reply lost) is answered truthfully.
+    redis.call('DEL', job_key)
+    redis.call('HSET', job_key, 'status', 'done', 'outcome', 'succeeded', 'lease', lease,
+      'worker', worker)
+    redis.call('PEXPIRE', job_key, stub_ttl_ms)
   end
-  if f[3] then
-    redis.call('SET', idem_prefix .. f[3], id .. '|done', 'PX', idem_done_ttl_ms)
+  if f[5] then
+    redis.call('SET', idem_prefix .. f[5], marker_text(id, f[11], true), 'PX', idem_done_ttl_ms)
   end
-  release_lock(lock_prefix, f[4], id .. ':' .. lease)
 end
-redis.call('HINCRBY', stats_key, 'done', #settled)
-return result
+
+local LATE = 'acknowledged after its lease expired: its last attempt finished'
+local done, requeued = #settled, 0
+for _, record in ipairs(settled) do
+  local id, lease, f = record[2], record[3], record[4]
+  settle_done(id, lease, f, nil)
+  -- lease_held found the lock to be this run's: free it.
+  if f[4] then redis.call('DEL', lock_prefix .. f[4]) end
+end
+for _, record in ipairs(expired) do
+  local j, id, lease, f = record[1], record[2], record[3], record[4]
+  if (tonumber(f[7]) or 0) < (tonumber(f[9]) or 0) then
+    expire_lease(job_prefix .. id, id, {f[1], f[2], f[7], f[9], f[4], f[6], f[3]}, now,
+      ready_key, dead_key, lock_prefix)
+    requeued = requeued + 1
+  else
+    -- Its last attempt: the reaper would dead-letter it, but this ack says the run finished.
+    release_lock(lock_prefix, f[4], id .. ':' .. lease)
+    settle_done(id, lease, f, LATE)
+    done = done + 1
+    reply[j + 1] = 1
+  end
+end
+for _, record in ipairs(late) do
+  local id, lease, f = record[2], record[3], record[4]
+  redis.call('ZREM', dead_key, id)
+  settle_done(id, lease, f, LATE)
+  done = done + 1
+end
+if requeued > 0 then redis.call('HINCRBY', stats_key, 'lease_expired', requeued) end
+if done > 0 then redis.call('HINCRBY', stats_key, 'done', done) end
+return reply

@@ -1,15 +1,21 @@
--- checkpoint: record that a step of a multi-step job is done, fenced by the lease token.
--- KEYS[1] -> <prefix>:{Q}:job:<id>   (Hash; steps live in fields step:<name>)
+-- checkpoint: record that a step of a multi-step job is done, fenced by the lease.
+-- KEYS[1] -> <prefix>:{Q}:job:<id>      (Hash; steps live in fields step:<name>)
+-- KEYS[2] -> <prefix>:{Q}:processing    (ZSET, id -> lease deadline ms)
+-- Undeclared key under the same {Q} tag: the job's resource lock.
 -- ARGV[1] -> lease token, ARGV[2] -> step name, ARGV[3] -> step result (JSON text)
--- ARGV[4] -> worker id (the claimer's: part of the fence)
+-- ARGV[4] -> worker id (the claimer's: part of the fence), ARGV[5] -> job id
+-- ARGV[6] -> lock key prefix
 -- Returns: 1
--- Errors: ANTRE_NOT_LEASE_HOLDER when the token is not current (nothing is written).
-local job_key = KEYS[1]
-local lease, step, value, worker = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local f = redis.call('HMGET', job_key, 'status', 'lease', 'worker')
-if f[1] ~= 'processing' or f[2] ~= lease or f[3] ~= worker then
-  return redis.error_reply('ANTRE_NOT_LEASE_HOLDER ' .. job_key .. ' lease ' .. lease
-    .. ': not the current lease (requeued, settled, or claimed by another worker)')
+-- Errors: ANTRE_NOT_LEASE_HOLDER when the lease is not held: not the current token, the lease
+--         deadline passed, or the resource lock is no longer the run's own (nothing is written).
+local job_key, processing_key = KEYS[1], KEYS[2]
+local lease, step, value, worker, id, lock_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5],
+  ARGV[6]
+local f = read_fields(job_key, 'status', 'lease', 'worker', 'resource_key')
+local held, why = lease_held(f, id, lease, worker, redis.call('ZSCORE', processing_key, id),
+  now_ms(), lock_prefix)
+if not held then
+  return redis.error_reply('ANTRE_NOT_LEASE_HOLDER ' .. job_key .. ' lease ' .. lease .. ': ' .. why)
 end
 redis.call('HSET', job_key, 'step:' .. step, value)
 return 1

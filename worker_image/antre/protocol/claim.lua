@@ -3,7 +3,8 @@
 -- KEYS[2] -> <prefix>:{Q}:processing  (ZSET, id -> lease deadline ms)
 -- KEYS[3] -> <prefix>:{Q}:retry       (ZSET, id -> due ms)
 -- KEYS[4] -> <prefix>:{Q}:stats       (Hash)
--- KEYS[5] -> <prefix>:{Q}:dead        (List; a job whose resource stays busy too long)
+-- KEYS[5] -> <prefix>:{Q}:dead_letters (ZSET; a malformed job, or one whose resource stays busy
+--            too long)
 -- Undeclared keys, all under the same {Q} hash tag, so Cluster-safe: the job hashes
 -- <prefix>:{Q}:job:<id>, idempotency keys <prefix>:{Q}:idem:<k> and resource locks
 -- <prefix>:{Q}:lock:<r>; their names are only known after the pop.
@@ -20,9 +21,10 @@
 --           then 3 values per duplicate settled without running: id, type, idempotency_key;
 --           then 10 values per leased job: id, type, payload, attempt, max_attempts, lease,
 --           idempotency_key, resource_key, created_at, headers}
--- Errors: none of its own. Jobs whose record vanished are dropped from the queue; a record
---         with unreadable counters is dead-lettered ('malformed record'), never thrown on,
---         because a runtime error would strand the jobs already popped.
+-- Errors: none of its own. Ids whose record vanished or is no longer queued (a cancelled job
+--         left in the list) are dropped; a queued record without a type or with unreadable
+--         counters is dead-lettered ('malformed record'), never thrown on, because a runtime
+--         error would strand the jobs already popped.
 local ready_key, processing_key, retry_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local dead_key = KEYS[5]
 local max_jobs, lease_ms, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
@@ -54,18 +56,17 @@ end
 for _, id in ipairs(ids) do
   local job_key = job_prefix .. id
   -- pcall: a key of the wrong type must not abort the script with jobs already popped.
-  local f = redis.pcall('HMGET', job_key, 'type', 'payload', 'attempt', 'max_attempts', 'lease',
+  local f = read_fields(job_key, 'type', 'payload', 'attempt', 'max_attempts', 'lease',
     'idempotency_key', 'resource_key', 'created_at', 'headers', 'events', 'status',
     'lock_deferrals', 'lock_kept')
-  if f.err then f = {} end
   local job_type, status = f[1], f[11]
   local attempt, lease = tonumber(f[3]), tonumber(f[5])
   local max_attempts, created_at = tonumber(f[4]), tonumber(f[8])
-  if job_type and status == 'queued' and not (attempt and lease and max_attempts and created_at
+  if status == 'queued' and not (job_type and attempt and lease and max_attempts and created_at
       and f[2]) then
-    refuse(job_key, id, f[10], f[3], 'malformed record: attempt, lease, max_attempts, '
+    refuse(job_key, id, f[10], f[3], 'malformed record: type, attempt, lease, max_attempts, '
       .. 'created_at and payload must be set (see PROTOCOL.md)')
-  elseif job_type and status == 'queued' then
+  elseif status == 'queued' then
     local idem, resource = f[6], f[7]
     attempt, lease = attempt + 1, lease + 1
     local outcome = 'run'
@@ -81,8 +82,8 @@ for _, id in ipairs(ids) do
     local token = id .. ':' .. lease
     if not broken and outcome == 'run' and resource then
       local lock_key = lock_prefix .. resource
-      local holder = redis.pcall('GET', lock_key)
-      if type(holder) == 'table' and holder.err then
+      local holder, wrong_type = lock_holder(lock_key)
+      if wrong_type then
         broken = 'resource lock ' .. resource .. ' holds the wrong Redis type'
       -- A lock left by an earlier attempt of this same job belongs to a dead lease, unless
       -- that attempt's run may still be going (a handler thread past its timeout: lock_kept).
@@ -101,8 +102,14 @@ for _, id in ipairs(ids) do
 
     if outcome == 'run' then
       local n, hfield, hvalue = history_entry(f[10], 'claimed', now, attempt, worker, nil)
-      redis.call('HSET', job_key, 'status', 'processing', 'attempt', attempt, 'lease', lease,
-        'worker', worker, 'updated_at', now, 'events', n, hfield, hvalue)
+      if f[12] then
+        -- The bound on waits for a busy resource is per wait, not over the job's whole life.
+        redis.call('HSET', job_key, 'status', 'processing', 'attempt', attempt, 'lease', lease,
+          'worker', worker, 'updated_at', now, 'events', n, hfield, hvalue, 'lock_deferrals', 0)
+      else
+        redis.call('HSET', job_key, 'status', 'processing', 'attempt', attempt, 'lease', lease,
+          'worker', worker, 'updated_at', now, 'events', n, hfield, hvalue)
+      end
       leased[#leased + 1] = deadline
       leased[#leased + 1] = id
       result[#result + 1] = id

@@ -47,7 +47,7 @@ def _parse(reply: list[Any]) -> ClaimResult:
             id=reply[i], type=reply[i + 1], payload_json=reply[i + 2], attempt=int(reply[i + 3]),
             max_attempts=int(reply[i + 4]), lease=int(reply[i + 5]),
             idempotency_key=reply[i + 6] or None, resource_key=reply[i + 7] or None,
-            created_at_ms=int(reply[i + 8]), headers_json=reply[i + 9],
+            created_at_ms=int(reply[i + 8]), headers_json=reply[i + 9], claimed_at_ms=now,
         ))
     return ClaimResult(jobs=jobs, next_due_ms=None if next_due < 0 else next_due, now_ms=now,
                        duplicates=duplicates)

@@ -50,5 +50,6 @@ def depth_op(settings: QueueSettings) -> Op[Depth]:
             counters={stats[i]: int(stats[i + 1]) for i in range(0, len(stats), 2)},
         )
 
-    return Op(load("depth"), [k.ready, k.processing, k.retry, k.dead, k.stats, k.workers],
+    return Op(load("depth"),
+              [k.ready, k.processing, k.retry, k.dead, k.stats, k.workers, k.legacy_dead],
               [k.job_prefix], parse)

@@ -38,15 +38,19 @@ def encode(settings: QueueSettings, job: NewJob) -> list[ScriptArg]:
             "without control characters"
         )
     try:
-        payload = json.dumps(job.payload, separators=(",", ":"), allow_nan=False)
+        # Sorted keys: the same payload is the same text whatever order a dict was built in,
+        # so a retried enqueue matches its idempotency key's digest.
+        payload = json.dumps(job.payload, separators=(",", ":"), allow_nan=False, sort_keys=True)
     except (TypeError, ValueError) as exc:
         raise errors.InvalidArgument(
             f"payload: {exc}; must be JSON-serialisable (dict, list, str, int, float, bool, None)"
         ) from None
-    if len(payload.encode()) > settings.max_payload_bytes:
+    headers = _encode_headers(job.headers)
+    size = len(payload.encode()) + len(headers.encode())
+    if size > settings.max_payload_bytes:
         raise errors.PayloadTooLarge(
-            f"payload: {len(payload.encode())} bytes encoded; must be at most "
-            f"{settings.max_payload_bytes} bytes (QueueSettings.max_payload_bytes)"
+            f"payload: {size} bytes encoded; must be at most {settings.max_payload_bytes} bytes "
+            "with the headers (QueueSettings.max_payload_bytes)"
         )
     max_attempts = settings.max_attempts if job.max_attempts is None else job.max_attempts
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
@@ -61,11 +65,21 @@ def encode(settings: QueueSettings, job: NewJob) -> list[ScriptArg]:
             raise errors.InvalidArgument(
                 f"{name}: got {value!r}; must be a non-empty string of at most 512 characters"
             )
-    headers = json.dumps(job.headers, separators=(",", ":")) if job.headers else ""
     return [
         new_job_id(), job.type, payload, max_attempts, int(job.delay_s * 1000),
         job.idempotency_key or "", job.resource_key or "", headers,
     ]
+
+
+def _encode_headers(headers: Any) -> str:
+    if not headers:
+        return ""
+    if not isinstance(headers, dict) or not all(
+            isinstance(name, str) and isinstance(value, str) for name, value in headers.items()):
+        raise errors.InvalidArgument(
+            f"headers: got {headers!r:.200}; must be an object of string names to string values"
+        )
+    return json.dumps(headers, separators=(",", ":"))
 
 
 def _parse(reply: list[Any]) -> list[EnqueueResult]:
@@ -82,7 +96,8 @@ def enqueue_ops(settings: QueueSettings, jobs: Sequence[NewJob]) -> list[Op[list
     for start in range(0, len(encoded), BATCH_SIZE):
         batch = encoded[start:start + BATCH_SIZE]
         script_keys = [k.ready, k.retry, k.stats]
-        args: list[ScriptArg] = [len(batch), int(settings.idempotency_ttl_s * 1000)]
+        # ARGV[2] is unused since keys live as long as their jobs.
+        args: list[ScriptArg] = [len(batch), 0]
         for job_args in batch:
             script_keys.append(k.job(str(job_args[0])))
             if job_args[5]:

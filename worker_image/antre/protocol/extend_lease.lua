@@ -1,5 +1,6 @@
 -- extend_lease: the worker heartbeat. Extends the leases (and resource locks) of the jobs a
--- worker holds, and refreshes the worker's registry entry, in one round trip.
+-- worker holds and the locks it keeps for runs still going after their job was settled, and
+-- refreshes the worker's registry entry, in one round trip.
 -- KEYS[1] -> <prefix>:{Q}:processing     (ZSET)
 -- KEYS[2] -> <prefix>:{Q}:workers        (ZSET, worker id -> last beat ms)
 -- KEYS[3] -> <prefix>:{Q}:worker:<wid>   (String, JSON registry entry)
@@ -9,12 +10,16 @@
 -- ARGV[3] -> registry entry (JSON text; the script adds nothing to it)
 -- ARGV[4] -> registry_ttl_ms
 -- ARGV[5] -> job key prefix, ARGV[6] -> lock key prefix
--- ARGV[7..] -> pairs: job id, lease token
--- Returns: {now_ms, then one integer per pair: 1 extended, 0 lease lost}
+-- ARGV[7] -> number of leases that follow
+-- ARGV[8..] -> pairs: job id, lease token (the leases)
+-- then     -> pairs: resource key, '<id>:<lease>' (kept locks: runs still going, job settled)
+-- Returns: {now_ms, then one integer per lease: 1 extended, 0 lost (not the current lease, its
+--          deadline passed, or another job owns the resource now); then one per kept lock:
+--          1 extended, 0 lost (another job owns the resource now)}
 -- Errors: none of its own.
 local processing_key, workers_key, worker_key = KEYS[1], KEYS[2], KEYS[3]
 local lease_ms, worker, entry, ttl_ms = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
-local job_prefix, lock_prefix = ARGV[5], ARGV[6]
+local job_prefix, lock_prefix, n_leases = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local now = now_ms()
 local deadline = now + lease_ms
 local result = {now}
@@ -25,41 +30,51 @@ redis.call('PEXPIRE', worker_key, ttl_ms)
 redis.call('SET', worker_key, entry, 'PX', ttl_ms)
 redis.call('ZADD', workers_key, now, worker)
 
-for i = 7, #ARGV, 2 do
-  local id, lease = ARGV[i], ARGV[i + 1]
+-- Holds the lock under `token`: extended (never shortened), taken back if it expired and
+-- nobody took it, or false when another job owns the resource now.
+local function keep_lock(lock_key, token)
+  local holder, wrong_type = lock_holder(lock_key)
+  if holder == token then
+    -- Never shorten the lock (PEXPIRE GT needs Redis 7; this also runs on 6.2).
+    if redis.call('PTTL', lock_key) < lease_ms then redis.call('PEXPIRE', lock_key, lease_ms) end
+    return true
+  elseif not holder and not wrong_type then
+    redis.call('SET', lock_key, token, 'PX', lease_ms)
+    return true
+  end
+  return false
+end
+
+local ids = {}
+for i = 8, 7 + 2 * n_leases, 2 do ids[#ids + 1] = ARGV[i] end
+local deadlines = zmscore_all(processing_key, ids)
+for j, id in ipairs(ids) do
+  local lease = ARGV[7 + 2 * j]
   local job_key = job_prefix .. id
-  local f = redis.call('HMGET', job_key, 'status', 'lease', 'resource_key', 'events', 'attempt',
-    'extended_lease', 'worker')
+  local f = read_fields(job_key, 'status', 'lease', 'worker', 'resource_key', 'events', 'attempt',
+    'extended_lease')
+  local current = deadlines[j] and tonumber(deadlines[j])
   local ok = 0
-  if f[1] == 'processing' and f[2] == lease and f[7] == worker then
+  -- A lease past its deadline is gone even if no reaper has requeued it yet: its worker has
+  -- stopped trusting it too, and another job may have taken its resource meanwhile.
+  if f[1] == 'processing' and f[2] == lease and f[3] == worker and current and current >= now
+      and (not f[4] or keep_lock(lock_prefix .. f[4], id .. ':' .. lease)) then
     ok = 1
-    local token = id .. ':' .. lease
-    if f[3] then
-      local lock_key = lock_prefix .. f[3]
-      local holder = redis.call('GET', lock_key)
-      if holder == token then
-        -- Never shorten the lock (PEXPIRE GT needs Redis 7; this also runs on 6.2).
-        if redis.call('PTTL', lock_key) < lease_ms then redis.call('PEXPIRE', lock_key, lease_ms) end
-      elseif not holder then
-        -- Expired between beats but nobody took it: take it back.
-        redis.call('SET', lock_key, token, 'PX', lease_ms)
-      else
-        ok = 0  -- another job owns the resource now: this run must not go on
-      end
-    end
-    if ok == 1 then
-      redis.call('ZADD', processing_key, 'XX', 'GT', deadline, id)
-      if f[6] == lease then
-        -- One history entry per attempt: a long job would otherwise push its own claim out
-        -- of the 32-entry ring. Later beats only stamp the time.
-        redis.call('HSET', job_key, 'updated_at', now, 'extended_at', now)
-      else
-        local n, hfield, hvalue = history_entry(f[4], 'extended', now, f[5], worker, nil)
-        redis.call('HSET', job_key, 'updated_at', now, 'extended_at', now, 'extended_lease', lease,
-          'events', n, hfield, hvalue)
-      end
+    redis.call('ZADD', processing_key, 'XX', 'GT', deadline, id)
+    if f[7] == lease then
+      -- One history entry per attempt: a long job would otherwise push its own claim out
+      -- of the 32-entry ring. Later beats only stamp the time.
+      redis.call('HSET', job_key, 'updated_at', now, 'extended_at', now)
+    else
+      local n, hfield, hvalue = history_entry(f[5], 'extended', now, f[6], worker, nil)
+      redis.call('HSET', job_key, 'updated_at', now, 'extended_at', now, 'extended_lease', lease,
+        'events', n, hfield, hvalue)
     end
   end
   result[#result + 1] = ok
+end
+
+for i = 8 + 2 * n_leases, #ARGV, 2 do
+  result[#result + 1] = keep_lock(lock_prefix .. ARGV[i], ARGV[i + 1]) and 1 or 0
 end
 return result

@@ -1,5 +1,6 @@
 """Extend lease: the heartbeat's script call (:file:`extend_lease.lua`). Extends the leases (and
-resource locks) a worker holds and refreshes its registry entry, in one round trip."""
+resource locks) a worker holds, and the locks it keeps for runs still going after their job was
+settled, and refreshes its registry entry, in one round trip."""
 
 from __future__ import annotations
 
@@ -10,22 +11,32 @@ from typing import Any
 from antre.protocol.scripts import Lease, Op, ScriptArg, lease_args, load
 from antre.settings import QueueSettings
 
+KeptLock = tuple[str, str]
+"""(resource key, ``<job id>:<lease>``): a lock held for a run whose job was already settled."""
+
 
 @dataclass(frozen=True, slots=True)
 class ExtendResult:
     now_ms: int
-    #: Per lease in the call: True extended, False lost (requeued, settled or lock taken).
+    #: Per lease in the call: True extended, False lost (requeued, settled, past its deadline,
+    #: or its resource taken by another job).
     held: list[bool]
+    #: Per kept lock: True extended, False another job owns the resource now.
+    kept: list[bool]
 
 
 def extend_lease_op(settings: QueueSettings, leases: Sequence[Lease], *, lease_ms: int,
-                    worker_id: str, registry_entry_json: str,
-                    registry_ttl_ms: int) -> Op[ExtendResult]:
+                    worker_id: str, registry_entry_json: str, registry_ttl_ms: int,
+                    kept_locks: Sequence[KeptLock] = ()) -> Op[ExtendResult]:
     k = settings.keys
     args: list[ScriptArg] = [lease_ms, worker_id, registry_entry_json, registry_ttl_ms,
-                             k.job_prefix, k.lock_prefix, *lease_args(leases)]
+                             k.job_prefix, k.lock_prefix, len(leases), *lease_args(leases)]
+    for resource_key, token in kept_locks:
+        args.extend((resource_key, token))
 
     def parse(reply: list[Any]) -> ExtendResult:
-        return ExtendResult(now_ms=int(reply[0]), held=[bool(int(x)) for x in reply[1:]])
+        flags = [bool(int(x)) for x in reply[1:]]
+        return ExtendResult(now_ms=int(reply[0]), held=flags[:len(leases)],
+                            kept=flags[len(leases):])
 
     return Op(load("extend_lease"), [k.processing, k.workers, k.worker(worker_id)], args, parse)

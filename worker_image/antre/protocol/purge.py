@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from antre.protocol.scripts import Op, load
+from antre.protocol.scripts import Op, check_id_count, load
 from antre.settings import QueueSettings
 
 
 def purge_op(settings: QueueSettings, job_ids: Sequence[str] = (), *, limit: int = 1000) -> Op[int]:
-    """Purges the given dead jobs, or with no ids the ``limit`` oldest ones; returns how many."""
+    """Purges the given dead jobs (at most 1000), or with no ids the ``limit`` oldest ones;
+    returns how many."""
+    check_id_count(job_ids)
     k = settings.keys
 
     def parse(reply: Any) -> int:

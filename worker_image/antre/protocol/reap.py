@@ -1,4 +1,5 @@
-"""The reaper pass: requeue expired leases, promote due retries, drop stale registry entries."""
+"""The reaper pass: requeue expired leases, promote due retries, drop stale registry entries,
+move dead ids older versions listed and delete dead letters past their retention (:file:`reap.lua`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ class ReapResult:
     workers_dropped: int
     #: True when a batch limit was hit: run another pass straight away.
     more: bool
+    #: Dead letters deleted because they outlived the queue's dead_ttl_s.
+    dead_expired: int = 0
 
 
 def reap_op(settings: QueueSettings, *, limit: int, pass_lock_ms: int, holder: str) -> Op[ReapResult]:
@@ -27,13 +30,14 @@ def reap_op(settings: QueueSettings, *, limit: int, pass_lock_ms: int, holder: s
     k = settings.keys
 
     def parse(reply: list[Any]) -> ReapResult:
-        ran, requeued, dead, promoted, dropped, more = (int(x) for x in reply)
+        ran, requeued, dead, promoted, dropped, more, dead_expired = (int(x) for x in reply)
         return ReapResult(ran=bool(ran), requeued=requeued, dead=dead, promoted=promoted,
-                          workers_dropped=dropped, more=bool(more))
+                          workers_dropped=dropped, more=bool(more), dead_expired=dead_expired)
 
     return Op(
         load("reap"),
-        [k.ready, k.processing, k.retry, k.dead, k.stats, k.reaper_lock, k.workers],
-        [limit, pass_lock_ms, holder, k.job_prefix, k.lock_prefix, k.worker_prefix],
+        [k.ready, k.processing, k.retry, k.dead, k.stats, k.reaper_lock, k.workers, k.legacy_dead],
+        [limit, pass_lock_ms, holder, k.job_prefix, k.lock_prefix, k.worker_prefix,
+         k.idempotency_prefix, int(settings.dead_ttl_s * 1000)],
         parse,
     )

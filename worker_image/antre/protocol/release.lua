@@ -1,26 +1,33 @@
--- release: give leased jobs back to the head of the queue without spending an attempt
--- (graceful shutdown).
--- KEYS[1] -> <prefix>:{Q}:queue       (List)
--- KEYS[2] -> <prefix>:{Q}:processing  (ZSET)
--- KEYS[3] -> <prefix>:{Q}:stats       (Hash)
+-- release: give leased jobs back to the head of the queue (graceful shutdown). The attempt is
+-- given back for the first `free_releases` releases of a job; after that a release spends it,
+-- so a job that never finishes within a grace period ends dead instead of looping.
+-- KEYS[1] -> <prefix>:{Q}:queue         (List)
+-- KEYS[2] -> <prefix>:{Q}:processing    (ZSET)
+-- KEYS[3] -> <prefix>:{Q}:stats         (Hash)
+-- KEYS[4] -> <prefix>:{Q}:dead_letters  (ZSET)
 -- Undeclared keys under the same {Q} tag: job hashes and resource locks.
 -- ARGV[1] -> job key prefix, ARGV[2] -> lock key prefix, ARGV[3] -> worker id (the claimer's)
 -- ARGV[4] -> reason (kept in the history)
--- ARGV[5..] -> pairs: job id, lease token
--- Returns: one integer per pair: 1 released, 0 not the lease holder (nothing changed).
+-- ARGV[5] -> free_releases (releases per job that give the attempt back)
+-- ARGV[6..] -> triples: job id, lease token, keep_lock (1: the run may still be going, a
+--              handler thread that cannot be stopped: its lock is left to its worker, which
+--              frees it when the run returns or lets it expire; 0: free the lock now)
+-- Returns: one integer per triple: 1 released (or dead-lettered, out of attempts), 0 not the
+--          lease holder (nothing changed).
 -- Errors: none of its own.
-local ready_key, processing_key, stats_key = KEYS[1], KEYS[2], KEYS[3]
+local ready_key, processing_key, stats_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local job_prefix, lock_prefix, worker, reason = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local free_releases = tonumber(ARGV[5])
 local now = now_ms()
 local result, released, records = {}, {}, {}
 
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 3 do
   local id, lease = ARGV[i], ARGV[i + 1]
-  local f = redis.call('HMGET', job_prefix .. id, 'status', 'lease', 'attempt', 'resource_key',
-    'events', 'worker')
+  local f = read_fields(job_prefix .. id, 'status', 'lease', 'attempt', 'resource_key', 'events',
+    'worker', 'releases', 'max_attempts')
   if f[1] == 'processing' and f[2] == lease and f[6] == worker then
     released[#released + 1] = id
-    records[#records + 1] = {id, lease, f}
+    records[#records + 1] = {id, lease, f, ARGV[i + 2] == '1'}
     result[#result + 1] = 1
   else
     result[#result + 1] = 0
@@ -30,15 +37,36 @@ if #released == 0 then return result end
 
 -- ZREM first: it cannot grow memory, so a Redis at maxmemory still admits the release.
 zrem_all(processing_key, released)
+local requeued, dead = 0, 0
 for _, record in ipairs(records) do
-  local id, lease, f = record[1], record[2], record[3]
-  local attempt = math.max((tonumber(f[3]) or 1) - 1, 0)
-  -- The history names the run released (f[3]); the counter steps back, so the next claim reuses it.
-  local n, hfield, hvalue = history_entry(f[5], 'released', now, f[3], worker, reason)
-  redis.call('HSET', job_prefix .. id, 'status', 'queued', 'attempt', attempt, 'updated_at', now,
-    'queued_at', now, 'events', n, hfield, hvalue)
-  redis.call('RPUSH', ready_key, id)
-  release_lock(lock_prefix, f[4], id .. ':' .. lease)
+  local id, lease, f, keep_lock = record[1], record[2], record[3], record[4]
+  local job_key = job_prefix .. id
+  local releases = (tonumber(f[7]) or 0) + 1
+  local attempt = tonumber(f[3]) or 1
+  if releases <= free_releases then attempt = math.max(attempt - 1, 0) end
+  local extra = {'releases', releases}
+  if keep_lock then
+    extra[#extra + 1] = 'lock_kept'
+    extra[#extra + 1] = lease
+  else
+    release_lock(lock_prefix, f[4], id .. ':' .. lease)
+  end
+  if attempt >= (tonumber(f[8]) or 0) then
+    extra[#extra + 1] = 'attempt'
+    extra[#extra + 1] = attempt
+    dead_letter(job_key, dead_key, id, now, f[5], attempt, worker, reason .. '; released '
+      .. releases .. ' times without finishing, out of attempts (is the grace period shorter '
+      .. 'than the job?)', extra)
+    dead = dead + 1
+  else
+    -- The history names the run released (f[3]); the counter may step back for the next claim.
+    local n, hfield, hvalue = history_entry(f[5], 'released', now, f[3], worker, reason)
+    redis.call('HSET', job_key, 'status', 'queued', 'attempt', attempt, 'updated_at', now,
+      'queued_at', now, 'events', n, hfield, hvalue, unpack(extra))
+    redis.call('RPUSH', ready_key, id)
+    requeued = requeued + 1
+  end
 end
-redis.call('HINCRBY', stats_key, 'released', #released)
+if requeued > 0 then redis.call('HINCRBY', stats_key, 'released', requeued) end
+if dead > 0 then redis.call('HINCRBY', stats_key, 'dead', dead) end
 return result

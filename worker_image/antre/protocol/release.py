@@ -1,28 +1,33 @@
-"""Release: give leased jobs back to the head of the queue, attempt refunded (:file:`release.lua`).
+"""Release: give leased jobs back to the head of the queue (:file:`release.lua`).
 
-What a graceful shutdown does with the jobs that did not finish within the grace period.
+What a graceful shutdown does with the jobs that did not finish within the grace period. The
+first :data:`FREE_RELEASES` releases of a job give its attempt back; later ones spend it, so a
+job that never finishes within a grace period ends dead instead of looping between workers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Collection, Sequence
+from typing import Any, Final
 
-from antre.protocol.scripts import Lease, Op, lease_args, load
+from antre.protocol.scripts import Lease, Op, ScriptArg, load
 from antre.settings import QueueSettings
+
+#: Releases per job that do not spend an attempt.
+FREE_RELEASES: Final = 3
 
 
 def release_op(settings: QueueSettings, leases: Sequence[Lease], *, worker_id: str,
-               reason: str) -> Op[list[bool]]:
-    """Returns, per lease, whether it was released (False = no longer the holder)."""
+               reason: str, keep_locks: Collection[str] = ()) -> Op[list[bool]]:
+    """Returns, per lease, whether it was released (False = no longer the holder). Jobs whose
+    id is in ``keep_locks`` keep their resource lock: their run may still be going (a thread
+    that cannot be stopped), and the next attempt waits for the lock like any other job."""
     k = settings.keys
+    args: list[ScriptArg] = [k.job_prefix, k.lock_prefix, worker_id, reason, FREE_RELEASES]
+    for job_id, token in leases:
+        args.extend((job_id, token, 1 if job_id in keep_locks else 0))
 
     def parse(reply: list[Any]) -> list[bool]:
         return [bool(int(flag)) for flag in reply]
 
-    return Op(
-        load("release"),
-        [k.ready, k.processing, k.stats],
-        [k.job_prefix, k.lock_prefix, worker_id, reason, *lease_args(leases)],
-        parse,
-    )
+    return Op(load("release"), [k.ready, k.processing, k.stats, k.dead], args, parse)

@@ -1,25 +1,28 @@
 -- replay: move dead jobs back to the ready queue with a fresh attempt budget.
--- KEYS[1] -> <prefix>:{Q}:queue  (List)
--- KEYS[2] -> <prefix>:{Q}:dead   (List, newest at the left)
--- KEYS[3] -> <prefix>:{Q}:stats  (Hash)
+-- KEYS[1] -> <prefix>:{Q}:queue         (List)
+-- KEYS[2] -> <prefix>:{Q}:dead_letters  (ZSET, id -> when it died, microseconds)
+-- KEYS[3] -> <prefix>:{Q}:stats         (Hash)
 -- Undeclared keys under the same {Q} tag: job hashes.
 -- ARGV[1] -> job key prefix
 -- ARGV[2] -> limit: with no ids, replay up to this many of the oldest dead jobs
--- ARGV[3..] -> job ids to replay (none = the oldest `limit`)
--- Returns: the ids replayed (ids not in dead are skipped).
--- Errors: none of its own.
+-- ARGV[3..] -> job ids to replay (none = the oldest `limit`; at most 1000)
+-- Returns: the ids replayed (ids not among the dead letters are skipped, in O(log N) each).
+-- Errors: ANTRE_INVALID (more than 1000 ids).
 local ready_key, dead_key, stats_key = KEYS[1], KEYS[2], KEYS[3]
 local job_prefix, limit = ARGV[1], tonumber(ARGV[2])
+local refused = too_many_ids(3)
+if refused then return refused end
 local now = now_ms()
 local ids = take_dead(dead_key, 3, limit)
 local replayed = {}
 for _, id in ipairs(ids) do
   local job_key = job_prefix .. id
-  local events = redis.call('HGET', job_key, 'events')
-  if events then
-    local n, hfield, hvalue = history_entry(events, 'replayed', now, 0, nil, nil)
+  local f = read_fields(job_key, 'status', 'events')
+  if f[1] == 'dead' then
+    local n, hfield, hvalue = history_entry(f[2], 'replayed', now, 0, nil, nil)
     redis.call('HSET', job_key, 'status', 'queued', 'attempt', 0, 'lock_deferrals', 0,
-      'updated_at', now, 'queued_at', now, 'events', n, hfield, hvalue)
+      'releases', 0, 'updated_at', now, 'queued_at', now, 'events', n, hfield, hvalue)
+    redis.call('HDEL', job_key, 'expired_lease')
     redis.call('LPUSH', ready_key, id)
     replayed[#replayed + 1] = id
   end

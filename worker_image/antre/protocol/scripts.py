@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import redis
 
@@ -20,6 +20,19 @@ from antre import errors
 
 T = TypeVar("T")
 ScriptArg = str | int | float
+
+#: Ids one replay or purge call takes (MAX_IDS_PER_CALL in _prelude.lua): each removal is
+#: O(log N), and the cap bounds how long one call holds Redis.
+MAX_IDS_PER_CALL: Final = 1000
+
+
+
+def check_id_count(job_ids: Sequence[str]) -> None:
+    """Refuses more ids than one call takes (the scripts refuse them too)."""
+    if len(job_ids) > MAX_IDS_PER_CALL:
+        raise errors.InvalidArgument(
+            f"ids: got {len(job_ids)}; at most {MAX_IDS_PER_CALL} per call")
+
 
 Lease = tuple[str, int]
 """(job id, lease token): what every settle call carries as its fence."""
@@ -65,6 +78,7 @@ _ERROR_TYPES: dict[str, type[errors.AntreError]] = {
     "ANTRE_JOB_NOT_FOUND": errors.JobNotFound,
     "ANTRE_JOB_BUSY": errors.JobBusy,
     "ANTRE_INVALID": errors.InvalidArgument,
+    "ANTRE_IDEMPOTENCY_CONFLICT": errors.IdempotencyConflict,
 }
 
 

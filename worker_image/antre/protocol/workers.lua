@@ -9,8 +9,8 @@ local workers_key, worker_prefix = KEYS[1], ARGV[1]
 local result = {now_ms()}
 local members = redis.call('ZRANGE', workers_key, 0, -1, 'WITHSCORES')
 for i = 1, #members, 2 do
-  local entry = redis.call('GET', worker_prefix .. members[i])
-  if entry then
+  local entry = redis.pcall('GET', worker_prefix .. members[i])
+  if type(entry) == 'string' then
     result[#result + 1] = members[i]
     result[#result + 1] = members[i + 1]
     result[#result + 1] = entry

@@ -1,0 +1,15 @@
+"""Unlock: free the resource lock a run kept after its job was settled (:file:`unlock.lua`):
+a handler thread that outlived its job timeout, or a shutdown, returns at last."""
+
+from __future__ import annotations
+
+from antre.protocol.scripts import Lease, Op, load
+from antre.settings import QueueSettings
+
+
+def unlock_op(settings: QueueSettings, lease: Lease, *, resource_key: str) -> Op[bool]:
+    """True when the lock was still the run's and is now free."""
+    k = settings.keys
+    job_id, token = lease
+    return Op(load("unlock"), [k.resource_lock(resource_key), k.job(job_id)], [job_id, token],
+              lambda reply: bool(int(reply)))

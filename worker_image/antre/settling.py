@@ -1,0 +1,109 @@
+"""Settling runs that did not succeed: fail (retry or dead), release at shutdown, give back a
+claim that came too late, and free the lock a returning thread kept. Successes go through the
+ack batcher (:mod:`antre.ack_batcher`) instead."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from antre.backoff import Backoff
+from antre.errors import LeaseLost, RedisUnavailable
+from antre.failures import Failure
+from antre.handler_threads import HandlerThreads
+from antre.held_runs import HeldRuns
+from antre.jobs import ClaimedJob
+from antre.outages import Outages
+from antre.outcomes import Outcomes
+from antre.protocol import scripts
+from antre.protocol.fail import fail_op
+from antre.protocol.release import release_op
+from antre.protocol.unlock import unlock_op
+from antre.runs import Run
+from antre.settings import QueueSettings, WorkerSettings
+
+log = logging.getLogger("antre.worker")
+
+
+class Settler:
+    def __init__(self, redis: Any, queue: QueueSettings, settings: WorkerSettings, *,
+                 worker_id: str, outages: Outages, outcomes: Outcomes, held: HeldRuns,
+                 threads: HandlerThreads) -> None:
+        self.redis = redis
+        self.queue = queue
+        self.settings = settings
+        self.worker_id = worker_id
+        self.outages = outages
+        self.outcomes = outcomes
+        self.held = held
+        self.threads = threads
+        self._unlocks: set[asyncio.Future[Any]] = set()
+
+    async def fail(self, run: Run, failure: Failure, backoff: Backoff) -> None:
+        """Retries the job (after ``failure.delay_s``, else ``backoff``) or dead-letters it."""
+        if failure.permanent:
+            delay_ms = None
+        elif failure.delay_s is not None:
+            delay_ms = int(failure.delay_s * 1000)
+        else:
+            delay_ms = backoff.delay_ms(run.claimed.attempt)
+        try:
+            result = await self.outages.settle(fail_op(
+                self.queue, run.lease, error=failure.error, retry_delay_ms=delay_ms,
+                worker_id=self.worker_id, keep_lock=failure.keep_lock,
+                refund_attempt=failure.refund_attempt), budget_s=self.settings.visibility_timeout_s)
+        except (LeaseLost, RedisUnavailable):
+            self.outcomes.record(run, "lease_lost", error=failure.error)
+        else:
+            if failure.keep_lock:
+                self.threads.keep_lock(run)
+            outcome = "retried" if result.outcome == "retrying" else "dead"
+            self.outcomes.record(run, outcome, error=failure.error, level=logging.WARNING)
+        finally:
+            self.held.forget(run)
+
+    async def release(self, runs: Sequence[Run], *, still_going: Collection[Run]) -> None:
+        """Shutdown: gives unfinished runs back to the queue. Runs ``still_going`` (threads that
+        cannot be stopped) keep their resource lock until they return."""
+        try:
+            released = await self.outages.settle(release_op(
+                self.queue, [run.lease for run in runs], worker_id=self.worker_id,
+                reason="worker shutting down",
+                keep_locks={run.claimed.id for run in still_going}), budget_s=5.0)
+        except (RedisUnavailable, LeaseLost):
+            released = [False] * len(runs)
+        for run, ok in zip(runs, released, strict=True):
+            self.held.forget(run)
+            if ok and run in still_going:
+                self.threads.keep_lock(run)
+            self.outcomes.record(run, "released" if ok else "lease_lost")
+
+    async def give_back(self, jobs: Sequence[ClaimedJob]) -> None:
+        """The claim's reply came back too late for its leases to be trusted (Redis stalled
+        while it ran): the jobs are released unstarted rather than run on a lease that may be
+        gone. What cannot be released expires and is requeued by the reaper."""
+        log.warning("claim reply came back after its leases' deadline; jobs given back",
+                    extra={"worker_id": self.worker_id, "jobs": len(jobs)})
+        with contextlib.suppress(Exception):
+            await scripts.run_async(self.redis, release_op(
+                self.queue, [(job.id, job.lease) for job in jobs], worker_id=self.worker_id,
+                reason="claim reply too late to trust its lease"))
+
+    def unlock_soon(self, run: Run) -> None:
+        """A thread that kept its run's resource lock returned: free the lock. Not freed (Redis
+        away), it expires one lease after the heartbeat last extended it."""
+        if run.claimed.resource_key is None:
+            return
+        task = asyncio.ensure_future(self.outages.settle(
+            unlock_op(self.queue, run.lease, resource_key=run.claimed.resource_key), budget_s=5.0))
+        self._unlocks.add(task)
+        task.add_done_callback(self._unlocks.discard)
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+    async def finish(self) -> None:
+        """Waits (briefly) for the unlocks under way."""
+        if self._unlocks:
+            await asyncio.wait(self._unlocks, timeout=5.0)
