@@ -49,21 +49,21 @@ async def test_slots_held_by_threads_past_their_timeout_are_visible(redis_client
             try:
                 await eventually(lambda: all(status_of(redis_client, qs, i) == "dead" for i in ids))
                 [entry] = await eventually(lambda: [e for e in queue.workers()
-                                                    if e.overdue_threads == 2], timeout_s=5)
+                                                    if e.stuck_threads == 2], timeout_s=5)
                 assert (entry.in_flight, entry.concurrency) == (0, 2)
                 base = f"http://127.0.0.1:{server.port}"
                 status, body = await get(f"{base}/healthz")
                 assert (status, body) == (503, "no free slot; 2 of 2 slot(s) held by handler "
                                                "threads past their job timeout\n")
                 status, text = await get(f"{base}/metrics")
-                assert f'antre_worker_overdue_threads{{queue="{qs.name}"}} 2.0' in text
+                assert f'antre_worker_stuck_threads{{queue="{qs.name}"}} 2.0' in text
                 args = ["--redis-url", redis_url, "--queue", qs.name]
                 assert cli.main(["inspect", *args, "--sample-gap", "0"]) == 0
                 shown = capsys.readouterr().out
-                assert "jobs 0/2 + 2 overdue thread(s)" in shown
+                assert "jobs 0/2" in shown and "stuck threads 2" in shown
                 assert cli.main(["doctor", *args, "--sample-gap", "0"]) == 2
                 advice = capsys.readouterr().out
-                assert "CRITICAL overdue_threads: worker w1 (pod" in advice
+                assert "CRITICAL stuck_threads: worker w1 (pod" in advice
                 assert "2 of 2 slot(s) held by handler threads past their job timeout" in advice
                 hang.set()
                 await eventually(lambda: worker.threads.overdue == 0)

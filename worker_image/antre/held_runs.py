@@ -29,7 +29,6 @@ class HeldRuns:
         #: How long a renewal (or the claim) keeps a lease, less the margin.
         self.trusted_s = lease_s - max(lease_s * DEADLINE_MARGIN, 0.1)
         self._runs: dict[str, Run] = {}
-        self._timers: dict[Run, asyncio.TimerHandle] = {}
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -37,29 +36,28 @@ class HeldRuns:
     def __iter__(self) -> Iterator[Run]:
         return iter(list(self._runs.values()))
 
-    def add(self, run: Run, *, claim_sent_at: float) -> None:
-        """A newly claimed run; ``claim_sent_at`` (monotonic) is when the claim call was sent."""
-        previous = self._runs.get(run.claimed.id)
-        if previous is not None:  # a newer lease of a job we still run: the old run is lost
-            self.lose(run.claimed.id, previous.claimed.lease, "re-claimed under a newer lease")
-        self._runs[run.claimed.id] = run
-        self._set_deadline(run, claim_sent_at + self.trusted_s)
+    def add(self, runs: Sequence[Run], *, claim_sent_at: float) -> None:
+        """Newly claimed runs; ``claim_sent_at`` (monotonic) is when the claim call was sent."""
+        for run in runs:
+            previous = self._runs.get(run.claimed.id)
+            if previous is not None:  # a newer lease of a job we still run: the old run is lost
+                self.lose(run.claimed.id, previous.claimed.lease, "re-claimed under a newer lease")
+            self._runs[run.claimed.id] = run
+        self._set_deadline(runs, claim_sent_at + self.trusted_s)
 
     def renewed(self, leases: Sequence[Lease], *, sent_at: float) -> None:
         """The heartbeat sent at ``sent_at`` (monotonic) extended ``leases``."""
-        expires_at = sent_at + self.trusted_s
+        runs = []
         for job_id, token in leases:
             run = self._runs.get(job_id)
-            if run is not None and run.claimed.lease == token and expires_at > run.expires_at:
-                self._set_deadline(run, expires_at)
+            if run is not None and run.claimed.lease == token:
+                runs.append(run)
+        self._set_deadline(runs, sent_at + self.trusted_s)
 
     def forget(self, run: Run) -> None:
         """The run's settle call returned: the lease is no longer this worker's to keep."""
         if self._runs.get(run.claimed.id) is run:
             del self._runs[run.claimed.id]
-        timer = self._timers.pop(run, None)
-        if timer is not None:
-            timer.cancel()
 
     def leases(self) -> list[Lease]:
         """The leases the heartbeat extends: runs neither lost nor given back."""
@@ -81,15 +79,19 @@ class HeldRuns:
         self.forget(run)
         self.outcomes.record(run, "lease_lost", error=reason)
 
-    def _set_deadline(self, run: Run, expires_at: float) -> None:
-        run.expires_at = expires_at
-        loop = asyncio.get_running_loop()
-        timer = self._timers.pop(run, None)
-        if timer is not None:
-            timer.cancel()
-        self._timers[run] = loop.call_at(expires_at, self._expired, run)
+    def _set_deadline(self, runs: Sequence[Run], expires_at: float) -> None:
+        # One timer per claim or renewal, not per run: when it fires, each of its runs still
+        # held and not renewed since is abandoned.
+        moved = [run for run in runs if expires_at > run.expires_at]
+        for run in moved:
+            run.expires_at = expires_at
+        if moved:
+            asyncio.get_running_loop().call_at(expires_at, self._expired, moved)
 
-    def _expired(self, run: Run) -> None:
-        self._timers.pop(run, None)
-        self.lose(run.claimed.id, run.claimed.lease,
-                  "lease not renewed before its deadline (Redis unreachable?); run abandoned")
+    def _expired(self, runs: list[Run]) -> None:
+        now = asyncio.get_running_loop().time()
+        for run in runs:
+            # The loop runs a timer up to its clock resolution early.
+            if run.expires_at <= now + 0.001 and self._runs.get(run.claimed.id) is run:
+                self.lose(run.claimed.id, run.claimed.lease,
+                          "lease not renewed before its deadline (Redis unreachable?); run abandoned")

@@ -43,8 +43,8 @@ class WorkerMetrics:
         self.reaper_promoted = Counter(
             "antre_reaper_promoted_total", "Due retries promoted by this process's reaper passes",
             ["queue"], registry=self.registry)
-        self.overdue_threads = Gauge(
-            "antre_worker_overdue_threads", "Handler threads still running past their job "
+        self.stuck_threads = Gauge(
+            "antre_worker_stuck_threads", "Handler threads still running past their job "
             "timeout, each holding a concurrency slot (and its resource lock) until it returns",
             ["queue"], registry=self.registry)
         self.redis_errors = Counter(

@@ -22,7 +22,7 @@ class Run:
     started: float = field(default_factory=time.monotonic)
     #: Monotonic time by which the lease must have been renewed, or the run stops being
     #: treated as held (measured from the send of the last renewal that succeeded, less a margin).
-    expires_at: float = float("inf")
+    expires_at: float = 0.0
     #: The lease was found gone, or not renewed in time: the result must be discarded.
     lost: bool = False
     #: Shutdown gave the job back: the result must be discarded.

@@ -102,7 +102,7 @@ class Worker:
                              holder=self.worker_id, metrics=metrics)
         if metrics is not None:
             metrics.limit_types(handlers.names)
-            metrics.overdue_threads.labels(queue.name).set_function(lambda: self.threads.overdue)
+            metrics.stuck_threads.labels(queue.name).set_function(lambda: self.threads.overdue)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -249,9 +249,11 @@ class Worker:
                 await self.settler.give_back(result.jobs)
                 continue
             if result.jobs:
-                for claimed in result.jobs:
-                    tracing.record_claim(self.queue.name, claimed, claim_ns, time.time_ns())
-                    self._start(claimed, claim_sent_at)
+                runs = [Run(claimed) for claimed in result.jobs]
+                self.held.add(runs, claim_sent_at=claim_sent_at)
+                for run in runs:
+                    tracing.record_claim(self.queue.name, run.claimed, claim_ns, time.time_ns())
+                    self._start(run)
                 continue
             if result.duplicates:
                 continue
@@ -281,12 +283,10 @@ class Worker:
 
     # -- running ---------------------------------------------------------------------------
 
-    def _start(self, claimed: ClaimedJob, claim_sent_at: float) -> None:
-        run = Run(claimed)
-        self.held.add(run, claim_sent_at=claim_sent_at)
+    def _start(self, run: Run) -> None:
         self._running += 1
         run.task = asyncio.create_task(self._execute(run))
-        logs.job_event("claimed", claimed, worker_id=self.worker_id, level=logging.DEBUG)
+        logs.job_event("claimed", run.claimed, worker_id=self.worker_id, level=logging.DEBUG)
 
     async def _execute(self, run: Run) -> None:
         claimed = run.claimed
