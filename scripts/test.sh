@@ -3,8 +3,9 @@
 #
 #   bash scripts/test.sh [pytest arguments]
 #
-# 1. System packages (Debian/Ubuntu): redis-server and redis-sentinel when they are missing,
-#    with apt-get as root (otherwise it prints the command to run and stops).
+# 1. System packages (Debian/Ubuntu): redis-server and redis-sentinel, and chromium with
+#    chromium-driver (the dashboard's browser tests), when they are missing, with apt-get as
+#    root (otherwise it prints the command to run and stops).
 # 2. A virtual environment ($ANTRE_TEST_VENV, default <repo>/.venv; created when missing) with
 #    the package and its `test` extra installed at the versions pinned in tests/constraints.txt.
 # 3. The helm and kubectl binaries the chart and Kubernetes tests run, and the Kubernetes control
@@ -19,6 +20,8 @@ cd "$repo_root"
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v redis-sentinel >/dev/null || missing+=(redis-sentinel)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if ((${#missing[@]})); then
     if [[ "$(id -u)" != 0 ]]; then
         echo "test.sh: missing ${missing[*]}; install them first: sudo apt-get install -y ${missing[*]}" >&2

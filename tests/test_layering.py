@@ -40,3 +40,16 @@ def test_import_contracts_are_kept():
                          timeout=120, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Contracts: 3 kept, 0 broken." in out.stdout
+
+
+def test_the_dashboard_sits_above_the_library():
+    """Workers, producers and the protocol never load the dashboard (or its template engine);
+    only the API that serves it does."""
+    code = (
+        "import json, sys\n"
+        "import antre, antre.worker, antre.client, antre.snapshots, antre.findings\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = json.loads(out.stdout)
+    assert [m for m in loaded if m.startswith(("antre.dashboard", "jinja2"))] == []

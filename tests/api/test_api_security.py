@@ -58,17 +58,24 @@ def test_the_command_refuses_to_start_open(redis_url: str, env: dict[str, str],
     assert proc.stderr.startswith(f"antre api: {message}") and proc.stderr.count("\n") == 1
 
 
-def test_no_auth_listens_on_loopback_only(redis_url: str) -> None:
+def test_no_auth_listens_on_loopback_only(redis_url: str, tmp_path: Path) -> None:
     port = free_port()
     env = {k: v for k, v in child_env().items() if k not in ("ANTRE_API_TOKEN", "ANTRE_API_HOST")}
-    proc = subprocess.Popen([ANTRE, "api", "--no-auth", "--redis-url", redis_url, "--port",
-                             str(port)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    log_path = tmp_path / "api.log"
+    with log_path.open("w") as log_file:
+        proc = subprocess.Popen([ANTRE, "api", "--no-auth", "--redis-url", redis_url, "--port",
+                                 str(port)], env=env, stdout=subprocess.DEVNULL, stderr=log_file,
+                                text=True)
     try:
         wait_until(lambda: _answers("127.0.0.1", port), timeout_s=20, message="API up")
+        # The port answers a moment before the start is logged: a SIGTERM in between would end
+        # the process before its log line, so wait for the line, not only the port.
+        wait_until(lambda: "api listening" in log_path.read_text(), timeout_s=20,
+                   message="the start logged")
     finally:
         proc.terminate()
-        _, stderr = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+    stderr = log_path.read_text()
     lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     listening = next(line for line in lines if line["msg"] == "api listening")
     assert listening["addresses"] == [f"127.0.0.1:{port}"]

@@ -2,10 +2,11 @@
 clone has, install the wheel (not editable) into a clean virtual environment, run `antre demo`.
 
 Covers: `python -m build` makes both (the wheel from the sdist, so the sdist is complete); every
-tracked file of both packages (Python modules, Lua scripts, py.typed) is in the wheel and in the
-sdist; the clean venv installs the wheel with its dependencies from the package index at the
-versions of tests/constraints.txt; its `antre demo` runs from outside the repository and imports
-antre from that venv, with each package file installed.
+tracked file of both packages (Python modules, Lua scripts, py.typed, the dashboard's templates
+and static files) is in the wheel and in the sdist; the clean venv installs the wheel with its
+dependencies from the package index at the versions of tests/constraints.txt; its `antre demo`
+runs from outside the repository and imports antre from that venv, with each package file
+installed; its `antre api --dashboard` serves the pages and static files from the wheel.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def test_wheel_and_sdist_hold_every_package_file(dist: Path) -> None:
     (sdist,) = dist.glob("antre-*.tar.gz")
     expected = package_files()
     assert any(name.endswith(".lua") for name in expected) and "antre/py.typed" in expected
+    assert {"antre/dashboard/templates/base.html", "antre/dashboard/static/dashboard.js",
+            "antre/dashboard/templates/fragments/queues.html"} <= expected
     with zipfile.ZipFile(wheel) as archive:
         in_wheel = set(archive.namelist())
     assert expected - in_wheel == set(), "package files missing from the wheel"
@@ -107,3 +110,27 @@ def test_clean_venv_imports_antre_from_its_own_files(clean_venv: Path, tmp_path:
     location, *installed = out.splitlines()
     assert location.startswith(str(clean_venv)), f"antre imported from {location}"
     assert package_files() - set(installed) == set(), "package files the install left out"
+
+
+def test_clean_venv_serves_the_dashboard_from_the_wheel(clean_venv: Path, tmp_path: Path,
+                                                        redis_url: str) -> None:
+    import requests
+    from redis_servers import free_port, wait_until
+
+    port = free_port()
+    process = subprocess.Popen(
+        [clean_venv / "bin" / "antre", "api", "--no-auth", "--dashboard", "--port", str(port),
+         "--redis-url", redis_url, "--queue", "wheel"], cwd=tmp_path, env=user_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}/ui"
+        page = wait_until(lambda: requests.get(base + "/", timeout=2), timeout_s=30,
+                          message="the dashboard from the wheel")
+        assert page.status_code == 200 and "<h1>Queues</h1>" in page.text
+        assert 'data-queue="wheel"' in page.text
+        script = page.text.split('<script src="', 1)[1].split('"', 1)[0]
+        assert requests.get(f"http://127.0.0.1:{port}{script}", timeout=5).text.startswith(
+            "// antre dashboard")
+    finally:
+        process.terminate()
+        process.wait(10)

@@ -37,6 +37,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from antre import __version__, errors, fields, keys, openapi, settings, tracing
 from antre.client import AsyncQueue
+from antre.dashboard import app as dashboard_app
+from antre.dashboard.state import DashboardSettings
 from antre.depth_metrics import DepthCollector
 from antre.fields import setting
 from antre.protocol.depth import Depth
@@ -491,9 +493,11 @@ async def openapi_document(request: web.Request) -> web.Response:
 
 
 def create_app(redis_client: Any, *, api_settings: ApiSettings,
-               queue_template: settings.QueueSettings | None = None) -> web.Application:
+               queue_template: settings.QueueSettings | None = None,
+               dashboard: DashboardSettings | None = None) -> web.Application:
     """The application. ``queue_template`` gives prefix and limits for every queue (its name
-    is replaced by the one in the path)."""
+    is replaced by the one in the path). With ``dashboard``, the web dashboard is served under
+    ``/ui`` (:mod:`antre.dashboard`), for the same queues and with the same token."""
     app = web.Application(middlewares=[error_middleware, auth_middleware, query_middleware],
                           client_max_size=api_settings.max_body_bytes)
     app[APP_STATE] = ApiState(redis_client, queue_template or settings.QueueSettings(),
@@ -508,6 +512,10 @@ def create_app(redis_client: Any, *, api_settings: ApiSettings,
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi_document)
+    if dashboard is not None:
+        dashboard_app.mount_on(app, redis_client, queue_template=app[APP_STATE].queue_template,
+                               dashboard_settings=dashboard, token=api_settings.token,
+                               queues=api_settings.queues)
     return app
 
 

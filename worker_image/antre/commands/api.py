@@ -13,6 +13,7 @@ from aiohttp import web
 
 from antre import api, connection, errors, fields, logs, settings
 from antre.commands import Command, listen_error
+from antre.dashboard.state import DashboardSettings
 
 log = logging.getLogger("antre.api")
 
@@ -40,6 +41,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     fields.add_arguments(parser, api.ApiSettings)  # body size and time, connections
     parser.add_argument("--log-level", default=env.get("ANTRE_LOG_LEVEL", "INFO"),
                         help="log level (env ANTRE_LOG_LEVEL; default %(default)s)")
+    parser.add_argument("--dashboard", action="store_true", default=None,
+                        help="serve the web dashboard under /ui, signed in with the API token "
+                             "(env ANTRE_DASHBOARD=true)")
+    parser.add_argument("--dashboard-read-only", action="store_true", default=None,
+                        help="the dashboard shows everything and changes nothing (env "
+                             "ANTRE_DASHBOARD_READ_ONLY=true)")
+    fields.add_arguments(parser, DashboardSettings)  # live interval, sessions, tabs
+
+
+def flag_from_env(name: str, given: bool | None) -> bool:
+    """A command-line switch, else its environment variable (true/false, 1/0, yes/no, on/off)."""
+    if given is not None:
+        return given
+    raw = (os.environ.get(name) or "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise errors.InvalidArgument(f"{name}: got {raw!r}; must be true or false")
 
 
 def token_from_env() -> str | None:
@@ -79,7 +99,14 @@ def run(args: argparse.Namespace) -> int:
     queue_template = settings.queue_settings_from_env(name=api_settings.queues[0],
                                                       prefix=args.prefix)
     redis_client = connection.connect_async(args.redis_url)
-    app = api.create_app(redis_client, queue_template=queue_template, api_settings=api_settings)
+    read_only = flag_from_env("ANTRE_DASHBOARD_READ_ONLY", args.dashboard_read_only)
+    dashboard = None
+    if flag_from_env("ANTRE_DASHBOARD", args.dashboard) or read_only:
+        dashboard = fields.build(DashboardSettings, {
+            **fields.values_from_args(DashboardSettings, args, os.environ),
+            "read_only": read_only})
+    app = api.create_app(redis_client, queue_template=queue_template, api_settings=api_settings,
+                         dashboard=dashboard)
     asyncio.run(_serve(app, redis_client, host=host, port=args.port,
                        redis_url=args.redis_url, queues=api_settings.queues))
     return 0

@@ -1,0 +1,136 @@
+"""The dashboard's pages over HTTP, in-process, against real Redis.
+
+Covers: the numbers on the overview and a queue page are the depth script's (what ``antre
+stats`` and the API's stats return); a job's record.json is what the API's job endpoint returns;
+a queue outside the API's scope is a 404 on every page; windows clamp the page number; search by
+job id and by idempotency key; a job whose record cannot be parsed still shows its fields; the
+security headers; Redis down is a 503 page, not a traceback.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import redis.asyncio
+from aiohttp.test_utils import TestClient, TestServer
+from antre import AsyncQueue, Queue
+
+from dashboard.conftest import TOKEN, sign_in
+
+
+def field(html: str, name: str, queue: str | None = None) -> str:
+    if queue is not None:
+        html = html.split(f'data-queue="{queue}"', 1)[1]
+    found = re.search(rf'data-field="{name}"[^>]*>(.*?)<', html, re.S)
+    assert found, name
+    return found.group(1).strip()
+
+
+async def test_numbers_are_the_depth_scripts(ui: TestClient[Any, Any], aredis: Any,
+                                             redis_client: Any) -> None:
+    queue = Queue(redis_client, "emails")
+    queue.enqueue_many([("t", {"i": i}) for i in range(1234)])
+    queue.enqueue("t", {}, delay=600)
+    await sign_in(ui)
+    overview = await (await ui.get("/ui/")).text()
+    depth = await AsyncQueue(aredis, "emails").stats()
+    assert field(overview, "ready", "emails") == f"{depth.ready:,}" == "1,234"
+    assert field(overview, "scheduled", "emails") == "1"
+    assert field(overview, "ready", "reports") == "0"
+    page = await (await ui.get("/ui/queues/emails")).text()
+    assert field(page, "ready") == "1,234" and field(page, "backlog") == "1,234"
+    # The API's stats answer with the same numbers.
+    stats = await (await ui.get("/v1/queues/emails/stats",
+                                headers={"Authorization": f"Bearer {TOKEN}"})).json()
+    assert (stats["ready"], stats["scheduled"], stats["backlog"]) == (1234, 1, 1234)
+
+
+async def test_record_json_is_the_apis_job(ui: TestClient[Any, Any], redis_client: Any) -> None:
+    job_id = Queue(redis_client, "emails").enqueue("t", {"to": "ana"}, idempotency_key="k1").job_id
+    await sign_in(ui)
+    record = await (await ui.get(f"/ui/queues/emails/jobs/{job_id}/record.json")).json()
+    from_api = await (await ui.get(f"/v1/queues/emails/jobs/{job_id}",
+                                   headers={"Authorization": f"Bearer {TOKEN}"})).json()
+    assert record == from_api and record["payload"] == {"to": "ana"}
+
+
+async def test_scope_windows_and_search(ui: TestClient[Any, Any], redis_client: Any) -> None:
+    queue = Queue(redis_client, "emails")
+    ids = [r.job_id for r in queue.enqueue_many([("t", {"i": i}) for i in range(120)])]
+    done = queue.enqueue("t", {}, idempotency_key="welcome-ana").job_id
+    await sign_in(ui)
+    for path in ("/ui/queues/other", "/ui/queues/other/dead", f"/ui/queues/other/jobs/{ids[0]}",
+                 "/ui/queues/bad%20name"):
+        answer = await ui.get(path)
+        assert answer.status == 404, path
+    first = await (await ui.get("/ui/queues/emails?state=ready&page=1")).text()
+    assert ids[0] in first and ids[60] not in first  # head of the line: the oldest first
+    last = await (await ui.get("/ui/queues/emails?state=ready&page=999")).text()
+    assert "page 3 of 3" in last and done in last
+    found = await ui.get("/ui/queues/emails/search?q=welcome-ana", allow_redirects=False)
+    assert found.headers["Location"] == f"/ui/queues/emails/jobs/{done}"
+    found = await ui.get(f"/ui/queues/emails/search?q={ids[5]}", allow_redirects=False)
+    assert found.headers["Location"] == f"/ui/queues/emails/jobs/{ids[5]}"
+    missing = await ui.get("/ui/queues/emails/search?q=nothing-like-it")
+    assert "No job has that id or idempotency key" in await missing.text()
+
+
+async def test_unreadable_record_and_headers(ui: TestClient[Any, Any], redis_client: Any) -> None:
+    queue = Queue(redis_client, "emails")
+    redis_client.hset(queue.keys.job("broken-1"), mapping={"id": "broken-1", "status": "queued",
+                                                           "payload": "{not json"})
+    await sign_in(ui)
+    answer = await ui.get("/ui/queues/emails/jobs/broken-1")
+    html = await answer.text()
+    assert answer.status == 200 and "cannot be parsed" in html and "{not json" in html
+    assert "script-src 'self'" in answer.headers["Content-Security-Policy"]
+    assert answer.headers["X-Frame-Options"] == "DENY"
+    assert answer.headers["Cache-Control"] == "no-store"
+
+
+async def test_redis_down_is_a_503_page() -> None:
+    from antre import api, settings
+    from antre.dashboard.state import DashboardSettings
+    from redis_servers import running_redis
+
+    with running_redis() as server:
+        client = redis.asyncio.Redis.from_url(server.url, decode_responses=True)
+        app = api.create_app(client, queue_template=settings.QueueSettings(),
+                             api_settings=api.ApiSettings(queues=("emails",), token=TOKEN),
+                             dashboard=DashboardSettings())
+        ui: TestClient[Any, Any] = TestClient(TestServer(app))
+        await ui.start_server()
+        try:
+            await sign_in(ui)
+            server.kill()
+            answer = await ui.get("/ui/queues/emails")
+            assert answer.status == 503 and "Redis is unavailable" in await answer.text()
+            assert answer.headers["Retry-After"] == "2"
+        finally:
+            await ui.close()
+            await client.aclose()
+
+
+def test_settings_from_flags_and_env_and_the_docs_table(monkeypatch: Any) -> None:
+    from pathlib import Path
+
+    import pytest
+    from antre import cli, errors, fields
+    from antre.commands import api as api_command
+    from antre.dashboard.state import DashboardSettings
+
+    args = cli.build_parser().parse_args(["api", "--dashboard", "--dashboard-interval", "0.5"])
+    monkeypatch.setenv("ANTRE_DASHBOARD_SESSION_TTL", "600")
+    built = fields.build(DashboardSettings, fields.values_from_args(DashboardSettings, args,
+                                                                    {"ANTRE_DASHBOARD_SESSION_TTL": "600"}))
+    assert (built.live_interval_s, built.session_ttl_s) == (0.5, 600)
+    assert api_command.flag_from_env("ANTRE_DASHBOARD", None) is False
+    monkeypatch.setenv("ANTRE_DASHBOARD", "yes please")
+    with pytest.raises(errors.InvalidArgument, match="ANTRE_DASHBOARD: got 'yes please'"):
+        api_command.flag_from_env("ANTRE_DASHBOARD", None)
+    with pytest.raises(errors.InvalidArgument,
+                       match=r"live_interval_s: got 0.1; must be a number from 0.2 to 60"):
+        DashboardSettings(live_interval_s=0.1)
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "dashboard.md").read_text()
+    assert [row for row in fields.markdown_rows(DashboardSettings) if row not in docs] == []
