@@ -124,9 +124,9 @@ def valid_job_id(job_id: str) -> bool:
 @dataclass(frozen=True, slots=True)
 class JobDetail:
     job_id: str
-    #: The record parsed as ``antre job`` and the API parse it; None when it cannot be parsed.
+    #: The record parsed as ``antre job`` and the API parse it; None without an id field.
     info: JobInfo | None
-    #: Why the record cannot be parsed (``info`` is None then).
+    #: What in the record cannot be decoded (an undecodable payload, no id), else None.
     unreadable: str | None
     #: Every stored field except the history ring and the checkpoints, which ``info`` holds.
     attributes: dict[str, str]
@@ -159,12 +159,10 @@ async def read_job(queue: AsyncQueue, job_id: str) -> JobDetail | None:
     record, deadline, due, (seconds, micros) = await pipe.execute()
     if not record:
         return None
-    info: JobInfo | None
-    try:
-        info = JobInfo.from_hash(record)
-        unreadable = None
-    except (KeyError, ValueError, TypeError) as exc:  # a producer that skipped a field
-        info, unreadable = None, f"{type(exc).__name__}: {exc}"
+    # JobInfo.from_hash never raises for a record with an id (what it cannot decode it keeps
+    # as text and names in payload_error); a record without one is shown by its raw fields.
+    info = JobInfo.from_hash(record) if "id" in record else None
+    unreadable = info.payload_error if info is not None else "the record has no id field"
     resource, idempotency_key = record.get("resource_key"), record.get("idempotency_key")
     pipe = redis_client.pipeline(transaction=False)
     if resource:
@@ -182,9 +180,8 @@ async def read_job(queue: AsyncQueue, job_id: str) -> JobDetail | None:
     if idempotency_key:
         value = replies.pop(0)
         marker = value if isinstance(value, str) else None
-    payload_source: Any = info.payload if info is not None else record.get("payload", "")
-    payload_text = (json.dumps(payload_source, indent=2, ensure_ascii=False, sort_keys=True)
-                    if info is not None else str(payload_source))
+    payload_text = (json.dumps(info.payload, indent=2, ensure_ascii=False, sort_keys=True)
+                    if info is not None and not unreadable else str(record.get("payload", "")))
     return JobDetail(
         job_id=job_id, info=info, unreadable=unreadable,
         attributes={name: value for name, value in sorted(record.items())
