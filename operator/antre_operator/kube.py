@@ -46,6 +46,27 @@ class Conflict(KubeError):
     """409: the object already exists (create) or changed meanwhile."""
 
 
+class NamespaceTerminating(KubeError):
+    """403: the namespace is being deleted, and nothing new may be created in it."""
+
+
+def error_for(status: int, reason: str | None, text: str) -> KubeError:
+    """The exception for an error answer: its message, and the class callers tell apart."""
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        answer = {}
+    message = str(answer.get("message") or reason or text[:200])
+    causes = (answer.get("details") or {}).get("causes") or []
+    if status == 409:
+        return Conflict(status, message)
+    if status == 403 and any(cause.get("reason") == "NamespaceTerminating" for cause in causes):
+        return NamespaceTerminating(status, message)
+    return KubeError(status, message)
+
+
 class Unreachable(KubeError):
     """No answer: the connection failed or the request timed out (no HTTP status)."""
 
@@ -135,6 +156,14 @@ def patch_body(desired: Any) -> Any:
     return desired
 
 
+def create_body(desired: Mapping[str, Any]) -> dict[str, Any]:
+    """``desired`` as it must be created: empty values dropped, as :func:`patch_body` removes
+    them. The API server keeps an empty object it is given (``affinity: {}``), and the next
+    patch would then remove it: a change of the pod template, so a rollout of every pod."""
+    return {k: create_body(v) if isinstance(v, Mapping) else v
+            for k, v in desired.items() if v not in (None, {}, [])}
+
+
 def load_configuration() -> kubernetes.client.Configuration:
     """In-cluster service account credentials, else the kubeconfig (KUBECONFIG or ~/.kube)."""
     configuration = kubernetes.client.Configuration()
@@ -214,12 +243,7 @@ class KubeClient:
             # escape the step.
             raise Unreachable(method, path, exc) from exc
         if response.status >= 400:
-            try:
-                message = json.loads(text).get("message") or response.reason
-            except (ValueError, AttributeError):
-                message = response.reason or text[:200]
-            cls = Conflict if response.status == 409 else KubeError
-            raise cls(response.status, str(message))
+            raise error_for(response.status, response.reason, text)
         try:
             return json.loads(text) if text else None
         except ValueError as exc:
@@ -237,7 +261,7 @@ class KubeClient:
     async def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         meta = manifest["metadata"]
         return dict(await self.request("POST", path_of(manifest["kind"], meta["namespace"]),
-                                       body=dict(manifest)))
+                                       body=create_body(manifest)))
 
     async def patch(self, kind: str, namespace: str, name: str, body: Mapping[str, Any], *,
                     subresource: str | None = None) -> dict[str, Any]:

@@ -43,6 +43,8 @@ _MISSING: Final[Any] = object()
 SECRET_REFRESH_S: Final = 300.0
 #: Next step after a spec the operator cannot use: a fix of the spec wakes the loop anyway.
 INVALID_SPEC_RETRY_S: Final = 60.0
+#: Next step while the JobQueue is being deleted: kopf stops the loop before it comes.
+BEING_DELETED_RETRY_S: Final = 60.0
 
 
 def _resource_version(body: Mapping[str, Any] | None) -> int | None:
@@ -147,6 +149,10 @@ class Reconciler:
     async def step(self, body: Any) -> float:
         """One reconcile; returns the seconds until the next one."""
         meta = body.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            # Being deleted (with --cascade=foreground the garbage collector is removing the
+            # children right now): recreate nothing, write nothing.
+            return BEING_DELETED_RETRY_S
         generation = meta.get("generation")
         uid = str(meta.get("uid", ""))
         try:
@@ -198,6 +204,12 @@ class Reconciler:
         applied: int | None = decision.replicas
         try:
             await self._apply_children(body, jq, uid, decision.replicas)
+        except kube.NamespaceTerminating:
+            # `kubectl delete namespace` with the JobQueue in it: the namespace controller
+            # deletes the children first; recreating them is refused, and so would be an Event.
+            logger.info("%s/%s: the namespace is being deleted; recreating nothing",
+                        self.namespace, self.name)
+            return interval
         except kube.KubeError as exc:
             applied = None
             problem = problem or status.Problem("ApplyFailed", f"applying the children: {exc}")

@@ -30,9 +30,8 @@ NAMESPACED: Grants = (
     {("antre.dev", "jobqueues", v) for v in ("get", "list", "watch", "patch")}
     | {("antre.dev", "jobqueues/status", "patch")}
     | {("antre.dev", "jobqueues/finalizers", "update")}  # blockOwnerDeletion on children
-    | {(g, r, v) for g, r in (("apps", "deployments"), ("", "services"))
+    | {(g, r, v) for g, r in (("apps", "deployments"), ("", "services"), ("batch", "cronjobs"))
        for v in ("get", "list", "watch", "create", "patch", "delete")}
-    | {("batch", "cronjobs", v) for v in ("get", "list", "watch", "create", "patch")}
     | {("", "pods", v) for v in ("list", "patch")}
     | {("", "secrets", "get")}
     | {("", "events", "create")}

@@ -38,6 +38,8 @@ class FakeKube(kube.KubeClient):
         self.objects: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str, Any]] = []
         self.fail: BaseException | None = None
+        self.refuse_creates: BaseException | None = None
+        """Raised by every POST (e.g. in a namespace being deleted), other requests work."""
         self._version = 0
 
     async def close(self) -> None:
@@ -72,6 +74,8 @@ class FakeKube(kube.KubeClient):
             return {"items": [copy.deepcopy(v) for k, v in self.objects.items()
                               if k.startswith(path + "/")]}
         if method == "POST":
+            if self.refuse_creates is not None:
+                raise self.refuse_creates
             obj = json.loads(json.dumps(body))
             target = f"{path}/{obj['metadata']['name']}"
             if target in self.objects:

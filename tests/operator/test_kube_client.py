@@ -1,17 +1,25 @@
-"""The Kubernetes client's failure modes: every failure to get an answer is a KubeError.
+"""The Kubernetes client: failure modes, and what a create and a later patch write.
 
 Aspects: a refused connection and a request that times out raise ``kube.KubeError`` (not
 aiohttp's or asyncio's exceptions), so ``Reconciler.step`` turns them into a condition and
-``_prefer_idle_pods`` holds a scale-down instead of the step crashing.
+``_prefer_idle_pods`` holds a scale-down instead of the step crashing. A child created and then
+patched with the same manifest ends up exactly as created: the API server keeps empty objects it
+is given, so a create that sent ``affinity: {}`` followed by a patch that removes it changed
+every pod template once (a rollout of all workers at the first scale; seen on a real server).
+Error answers map to the exception callers tell apart (409 Conflict, 403 in a namespace being
+deleted, anything else).
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import kubernetes
 import pytest
-from antre_operator import kube
+from antre_operator import kube, rendering
+from operator_fakes import merge_patch
+from operator_samples import FULL, MINIMAL, OWNER_UID, parse
 from redis_servers import free_port
 
 
@@ -45,3 +53,36 @@ async def test_timeout_is_a_kube_error() -> None:
     finally:
         await api.close()
         server.close()
+
+
+@pytest.mark.parametrize("body", [pytest.param(MINIMAL, id="minimal"),
+                                  pytest.param(FULL, id="full")])
+def test_a_patch_after_the_create_changes_nothing(body: dict[str, Any]) -> None:
+    for manifest in rendering.render_children(parse(body), OWNER_UID, replicas=2).present:
+        created = kube.create_body(manifest)
+        assert merge_patch(created, kube.patch_body(manifest)) == created, manifest["kind"]
+
+
+NAMESPACE_TERMINATING = (
+    '{"kind":"Status","status":"Failure","message":"deployments.apps \\"q-worker\\" is '
+    'forbidden: unable to create new content in namespace team because it is being '
+    'terminated","reason":"Forbidden","details":{"name":"q-worker","kind":"deployments",'
+    '"causes":[{"reason":"NamespaceTerminating","message":"namespace team is being '
+    'terminated","field":"metadata.namespace"}]},"code":403}')
+
+
+@pytest.mark.parametrize("status, text, expected, message", [
+    pytest.param(403, NAMESPACE_TERMINATING, kube.NamespaceTerminating, "is being terminated",
+                 id="namespace-deleted"),
+    pytest.param(403, '{"message": "forbidden: User cannot create"}', kube.KubeError,
+                 "User cannot create", id="rbac-refusal"),
+    pytest.param(409, '{"message": "already exists"}', kube.Conflict, "already exists",
+                 id="conflict"),
+    pytest.param(500, "<html>proxy error</html>", kube.KubeError, "Reason", id="not-json"),
+])
+def test_error_answers_map_to_exceptions(status: int, text: str,
+                                         expected: type[kube.KubeError], message: str) -> None:
+    error = kube.error_for(status, "Reason", text)
+    assert type(error) is expected
+    assert error.status == status
+    assert message in str(error)

@@ -3,7 +3,9 @@
 Aspects: right after an operator restart (no child cached yet) the first step reads the live
 worker Deployment before deciding, so it never scales down at once, neither with Redis up nor
 with Redis down; fields removed from the spec are removed from the children; an object with a
-child's name that is not ours is never adopted (patched) nor deleted.
+child's name that is not ours is never adopted (patched) nor deleted; in a namespace being
+deleted, and for a JobQueue being deleted, a step recreates nothing and posts no Event (on a real
+server the Event would be refused too, and kopf would retry it nine times).
 """
 
 from __future__ import annotations
@@ -338,3 +340,26 @@ async def test_an_empty_env_value_does_not_cause_a_patch_every_poll(
     assert len([w for w in fake.writes() if "/deployments/" in w[1]]) == writes
     env = {e["name"]: e for e in live["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["EMPTY"] == {"name": "EMPTY"} and env["FULL"] == {"name": "FULL", "value": "x"}
+
+
+async def test_a_step_in_a_namespace_being_deleted_recreates_nothing_and_reports_nothing(
+        monkeypatch: pytest.MonkeyPatch, redis_url: str) -> None:
+    fake = FakeKube()
+    fake.refuse_creates = kube.NamespaceTerminating(403, "the namespace is being terminated")
+    rec, events = reconciler(monkeypatch, fake, namespace=NS, name="gone")
+    async with closing(rec):
+        await rec.step(jobqueue_body("gone", NS, spec_for(redis_url)))
+    assert [r[0] for r in fake.writes()] == ["POST"], "one refused create, then nothing"
+    assert events == []
+
+
+async def test_a_step_for_a_jobqueue_being_deleted_writes_nothing(
+        monkeypatch: pytest.MonkeyPatch, redis_url: str) -> None:
+    fake = FakeKube()
+    rec, events = reconciler(monkeypatch, fake, namespace=NS, name="going")
+    body = jobqueue_body("going", NS, spec_for(redis_url))
+    body["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    async with closing(rec):
+        await rec.step(body)
+    assert fake.requests == []
+    assert events == []

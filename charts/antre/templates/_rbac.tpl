@@ -27,11 +27,13 @@ Rules on namespaced resources: JobQueues and the children rendered from them.
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch, delete]
-# The reaper CronJob. Never deleted by the operator (it always exists; garbage collection
-# removes it with the JobQueue), so no delete.
+# The reaper CronJob. The operator never deletes it (garbage collection removes it with the
+# JobQueue), but adopting an orphaned one sets its ownerReference, and where
+# OwnerReferencesPermissionEnforcement is on (e.g. OpenShift) that requires delete: "cannot set
+# an ownerRef on a resource you can't delete".
 - apiGroups: [batch]
   resources: [cronjobs]
-  verbs: [get, list, watch, create, patch]
+  verbs: [get, list, watch, create, patch, delete]
 # The API Service.
 - apiGroups: [""]
   resources: [services]

@@ -3,6 +3,7 @@
 Aspects: stdout is exactly the NAME=PATH lines (so callers can parse or eval it), each an
 executable that reports the version pinned in scripts/kube/*/go.mod (kubectl: the 1.35 of the
 PyPI layer); a second run is quick (nothing rebuilt); ``--kubectl-only`` builds nothing.
+Not under tests/e2e: the end-to-end tests run against a cluster of your own without building.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import os
 import re
 import subprocess
 import time
+from pathlib import Path
 
-from .control_plane import FETCH_SCRIPT, REPO_ROOT
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FETCH_SCRIPT = REPO_ROOT / "scripts" / "fetch_kube.sh"
 
 
 def fetch(*args: str) -> dict[str, str]:
