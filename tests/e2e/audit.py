@@ -1,9 +1,10 @@
 """Reading the API server's audit log: who sent which requests, counted per verb.
 
-The test control plane writes one JSON event per request when it completes (the policy in
-``control_plane.py`` omits the RequestReceived and ResponseStarted stages), at Metadata level:
-user, verb, resource, response code, no bodies. A :class:`Window` starts at the current end of
-the log, so a test counts only the requests made after it opened one.
+The test control plane writes one JSON event per request when it completes, and one more when
+a watch starts (the policy in ``control_plane.py``), at Metadata level: user, verb, resource,
+response code, no bodies. Each request is counted once, at its first event, so a watch counts
+when it starts. A :class:`Window` starts at the current end of the log, so a test counts only
+the requests made after it opened one.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class Request:
     name: str
     code: int
     uri: str
+    audit_id: str
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> Request:
@@ -43,7 +45,7 @@ class Request:
         return cls(user=user, verb=event.get("verb", ""), resource=resource,
                    namespace=ref.get("namespace", ""), name=ref.get("name", ""),
                    code=int((event.get("responseStatus") or {}).get("code") or 0),
-                   uri=event.get("requestURI", ""))
+                   uri=event.get("requestURI", ""), audit_id=event.get("auditID", ""))
 
     @property
     def is_write(self) -> bool:
@@ -59,16 +61,20 @@ class AuditLog:
         self.path = path
 
     def requests(self, *, start: int = 0) -> Iterator[Request]:
-        """Every request logged from byte offset ``start`` on (a torn last line is skipped:
-        the server is still writing it)."""
+        """Every request logged from byte offset ``start`` on, once each (a torn last line is
+        skipped: the server is still writing it)."""
         if not self.path.exists():
             return
+        seen: set[str] = set()
         with self.path.open("rb") as f:
             f.seek(start)
             for line in f:
                 if not line.endswith(b"\n"):
                     break
-                yield Request.from_event(json.loads(line))
+                request = Request.from_event(json.loads(line))
+                if request.audit_id not in seen:
+                    seen.add(request.audit_id)
+                    yield request
 
     def end(self) -> int:
         return self.path.stat().st_size if self.path.exists() else 0

@@ -26,6 +26,7 @@ import pytest
 from .cluster import Cluster
 from .control_plane import REPO_ROOT, ControlPlane, KubeBinaries
 from .operator_process import OperatorProcess
+from .samples import jobqueue
 
 EXTERNAL_KUBECONFIG = "ANTRE_E2E_KUBECONFIG"
 
@@ -66,7 +67,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory,
         yield Cluster(kubeconfig=Path(external), kubectl=kubectl, helm=helm, workdir=workdir)
         return
     binaries = KubeBinaries.fetch()
-    plane = ControlPlane(binaries, workdir / "control-plane")
+    plane = ControlPlane(binaries, workdir / "control-plane", crds=[REPO_ROOT / "crds"])
     plane.start()
     try:
         e2e_report.append(f"control plane (etcd, kube-apiserver, kube-controller-manager) "
@@ -79,13 +80,35 @@ def cluster(tmp_path_factory: pytest.TempPathFactory,
 
 @pytest.fixture(scope="session")
 def crds(cluster: Cluster) -> None:
-    """The JobQueue CRD installed as the docs say, and established."""
+    """``kubectl apply -f crds/`` (unchanged on the built control plane, which installs it
+    before its controllers start), Established, and known to the garbage collector."""
     cluster.kubectl("apply", "-f", "crds/")
     # Not `kubectl wait`: it fails at once on a CRD whose status has no conditions yet.
     cluster.wait_for("crd", "jobqueues.antre.dev", None, what="the JobQueue CRD Established",
                      until=lambda crd: any(
                          c["type"] == "Established" and c["status"] == "True"
                          for c in (crd.get("status") or {}).get("conditions") or []))
+    wait_for_garbage_collector(cluster)
+
+
+def wait_for_garbage_collector(cluster: Cluster) -> None:
+    """Delete a JobQueue that owns a ConfigMap and wait for the garbage collector to remove
+    the ConfigMap: it then knows the resource (on a cluster whose CRD was just installed, that
+    takes up to its 30 s discovery period plus a retry back-off)."""
+    namespace = cluster.create_namespace("gc-probe")
+    try:
+        cluster.apply(jobqueue("probe", redis={"url": "redis://127.0.0.1:1/0"}),
+                      namespace=namespace)
+        owner = cluster.get("jobqueue", "probe", namespace)
+        assert owner is not None
+        cluster.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+            "name": "owned", "ownerReferences": [{
+                "apiVersion": "antre.dev/v1alpha1", "kind": "JobQueue", "name": "probe",
+                "uid": owner["metadata"]["uid"]}]}}, namespace=namespace)
+        cluster.kubectl("delete", "jobqueue", "probe", "-n", namespace)
+        cluster.wait_gone("configmap", "owned", namespace, timeout_s=120)
+    finally:
+        cluster.delete_namespace(namespace)
 
 
 def _namespace_for(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:

@@ -1,0 +1,104 @@
+"""The chart installed and its operator running as a local process, serving one namespace.
+
+:func:`serve` does what a user does (``helm install``), then runs the operator with the chart's
+own arguments and a token of the chart's ServiceAccount from the TokenRequest API, so every
+request it makes is judged by the chart's RBAC. It also starts a redis-server of its own and
+creates the Secret ``redis-url`` that README tells a user to create.
+
+Modes: ``cluster-wide`` (the chart's defaults: a ClusterRole) and ``namespaced``
+(``operator.watchNamespaces`` set to the served namespace: Roles there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import antre
+import redis
+from redis_servers import RedisServer
+
+from .cluster import Cluster
+from .installs import Install, helm_install
+from .operator_process import OperatorProcess
+
+MODES = ("cluster-wide", "namespaced")
+
+
+def condition(obj: dict[str, Any], kind: str) -> str | None:
+    """The status of condition ``kind`` ("True", "False", "Unknown"), None when absent."""
+    for entry in (obj.get("status") or {}).get("conditions") or []:
+        if entry.get("type") == kind:
+            return str(entry.get("status"))
+    return None
+
+
+class Served:
+    """One install of the chart and the operator process serving ``namespace``."""
+
+    def __init__(self, cluster: Cluster, install: Install, operator: OperatorProcess,
+                 namespace: str, redis_server: RedisServer) -> None:
+        self.cluster = cluster
+        self.install = install
+        self.operator = operator
+        self.namespace = namespace
+        self.redis = redis_server
+
+    def child(self, kind: str, name: str) -> dict[str, Any] | None:
+        return self.cluster.get(kind, name, self.namespace)
+
+    def wait_ready(self, name: str, timeout_s: float = 30) -> dict[str, Any]:
+        return self.cluster.wait_for("jobqueue", name, self.namespace, timeout_s=timeout_s,
+                                     until=lambda jq: condition(jq, "Ready") == "True",
+                                     what=f"JobQueue {name} Ready")
+
+    def wait_child(self, kind: str, name: str, until: Any = bool,
+                   what: str | None = None) -> dict[str, Any]:
+        return self.cluster.wait_for(kind, name, self.namespace, until=until, timeout_s=30,
+                                     what=what or f"{kind} {name}")
+
+    def queue(self, name: str) -> antre.Queue:
+        return antre.Queue(redis.Redis.from_url(self.redis.url), name)
+
+    def refusals(self) -> list[str]:
+        """Log lines of requests the API server refused, and of errors: none when all is well."""
+        errors = [line for line in self.operator.errors() if not self._expected(line)]
+        return self.operator.forbidden() + errors
+
+    @staticmethod
+    def _expected(line: str) -> bool:
+        # A JobQueue deleted while a step was running: its status patch meets a 404.
+        return re.search(r"status not written: HTTP 404", line) is not None
+
+
+@contextlib.contextmanager
+def serve(cluster: Cluster, mode: str, workdir: Path) -> Iterator[Served]:
+    assert mode in MODES, mode
+    namespace = cluster.create_namespace(f"jobs-{mode}")
+    # Unique per call: the namespaces of an earlier install may still be terminating.
+    release = f"antre-{mode}-{namespace.rsplit('-', 1)[1]}"
+    values = {"operator": {"watchNamespaces": [namespace]}} if mode == "namespaced" else {}
+    install = helm_install(cluster, release, f"{release}-system", values=values,
+                           workdir=workdir)
+    server = RedisServer("--maxmemory-policy", "noeviction").start()
+    operator = OperatorProcess(
+        cluster.service_account_kubeconfig(install.namespace, install.service_account),
+        workdir / "operator.log", install.operator_args())
+    try:
+        operator.start()
+        cluster.kubectl("create", "secret", "generic", "redis-url", "-n", namespace,
+                        f"--from-literal=url={server.url}")
+        yield Served(cluster, install, operator, namespace, server)
+    finally:
+        # JobQueues first, while the operator runs to release its finalizer: otherwise the
+        # namespace would stay Terminating until some other operator process handles them.
+        cluster.kubectl("delete", "jobqueues", "--all", "-n", namespace, "--wait=true",
+                        "--timeout=60s", check=False)
+        operator.stop(timeout_s=15)
+        cluster.helm("uninstall", release, "--namespace", install.namespace, "--wait")
+        cluster.delete_namespace(namespace)
+        cluster.delete_namespace(install.namespace)
+        server.stop()

@@ -1,0 +1,161 @@
+"""``helm install``, ``upgrade`` and ``uninstall`` of charts/antre on a real API server.
+
+Aspects covered:
+* the install docs/helm.md gives (``--namespace antre-system --create-namespace``, defaults) is
+  accepted: every object of the release exists; the operator pod that the real ReplicaSet
+  controller creates passes the "restricted" Pod Security admission;
+* the quick start (``redis.enabled``, ``exampleJobQueue.enabled``) is accepted too: the Redis
+  StatefulSet, its Secret and the example JobQueue, stored with the CRD's defaults;
+* with ``operator.watchNamespaces`` the rights are where the docs say: the operator's
+  ServiceAccount may manage JobQueue children in the watched namespaces and nowhere else
+  (asked of the API server's authoriser with ``kubectl auth can-i``); the namespaces must exist
+  first, and the install says so when one does not;
+* ``kubectl apply -f crds/`` then ``helm upgrade`` with other values is accepted and takes
+  effect; ``helm uninstall`` removes every object of the release and keeps the CRDs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis_servers import wait_until
+
+from .cluster import Cluster
+from .installs import helm_install, read_install, release_objects, values_file
+
+
+def plural_of(kind: str) -> str:
+    return {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings",
+            "Role": "roles", "RoleBinding": "rolebindings", "ServiceAccount": "serviceaccounts",
+            "Deployment": "deployments", "Service": "services",
+            "ClusterKopfPeering": "clusterkopfpeerings.kopf.dev",
+            "KopfPeering": "kopfpeerings.kopf.dev"}[kind]
+
+
+def existing(cluster: Cluster, objects: list[dict[str, Any]], namespace: str,
+             ) -> list[dict[str, Any] | None]:
+    return [cluster.get(plural_of(obj["kind"]), obj["metadata"]["name"],
+                        obj["metadata"].get("namespace") or (
+                            None if obj["kind"].startswith("Cluster") else namespace))
+            for obj in objects]
+
+
+def can_i(cluster: Cluster, user: str, verb: str, resource: str, namespace: str) -> bool:
+    """The API server's authoriser, asked through ``kubectl auth can-i`` (a SubjectAccessReview);
+    ``resource`` may name a subresource after a slash, e.g. ``jobqueues.antre.dev/status``."""
+    resource, _, subresource = resource.partition("/")
+    args = ["auth", "can-i", verb, resource, "-n", namespace, f"--as={user}"]
+    if subresource:
+        args.append(f"--subresource={subresource}")
+    return cluster.kubectl(*args, check=False).stdout.strip() == "yes"
+
+
+def test_install_upgrade_uninstall_with_defaults(cluster: Cluster, crds: None,
+                                                 tmp_path: Path) -> None:
+    release, namespace = "antre", "antre-system"
+    install = helm_install(cluster, release, namespace, workdir=tmp_path)
+    try:
+        objects = release_objects(cluster, release, namespace)
+        kinds = sorted(obj["kind"] for obj in objects)
+        assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+                         "ServiceAccount"], kinds
+        assert all(existing(cluster, objects, namespace))
+
+        # The real ReplicaSet controller makes the operator pod (Pending: no kubelet here);
+        # the server says whether enforcing "restricted" would refuse it.
+        wait_until(lambda: cluster.items("pods", namespace,
+                                         "app.kubernetes.io/component=operator"),
+                   timeout_s=30, message="the operator pod")
+        result = cluster.kubectl("label", "--dry-run=server", "--overwrite", "namespace",
+                                 namespace, "pod-security.kubernetes.io/enforce=restricted")
+        assert "violate" not in result.stderr, result.stderr
+
+        # Upgrade as docs/helm.md says: CRDs first, then the chart with new values.
+        cluster.kubectl("apply", "-f", "crds/")
+        cluster.helm("upgrade", release, "charts/antre", "--namespace", namespace,
+                     *values_file(tmp_path, {"operator": {"replicaCount": 2,
+                                                          "extraArgs": ["--verbose"]}}))
+        upgraded = read_install(cluster, release, namespace)
+        assert upgraded.deployment["spec"]["replicas"] == 2
+        assert "--peering=antre" in upgraded.operator_args()
+        assert "--verbose" in upgraded.operator_args()
+        assert cluster.get("clusterkopfpeerings.kopf.dev", "antre") is not None
+        objects = release_objects(cluster, release, namespace)
+    finally:
+        cluster.helm("uninstall", release, "--namespace", namespace, "--wait")
+    assert not any(existing(cluster, objects, namespace)), "helm uninstall left objects"
+    cluster.delete_namespace(namespace)
+    assert cluster.get("crd", "jobqueues.antre.dev") is not None, "helm keeps the CRDs"
+    assert install.service_account == "antre"
+
+
+@pytest.fixture
+def watched(cluster: Cluster) -> list[str]:
+    names = [cluster.create_namespace("team-a"), cluster.create_namespace("team-b")]
+    yield names
+    for name in names:
+        cluster.delete_namespace(name)
+
+
+def test_quick_start_install(cluster: Cluster, crds: None, tmp_path: Path) -> None:
+    release, namespace = "antre-try", "antre-try-system"
+    helm_install(cluster, release, namespace, workdir=tmp_path,
+                 values={"redis": {"enabled": True}, "exampleJobQueue": {"enabled": True}})
+    try:
+        objects = release_objects(cluster, release, namespace)
+        kinds = {obj["kind"] for obj in objects}
+        assert {"StatefulSet", "Secret", "JobQueue"} <= kinds, kinds
+        for obj in objects:
+            scope = None if obj["kind"].startswith("Cluster") else namespace
+            kind = obj["kind"].lower() + ("" if obj["kind"] != "JobQueue" else ".antre.dev")
+            assert cluster.get(kind, obj["metadata"]["name"], scope) is not None, obj["kind"]
+        example = cluster.get("jobqueue", "example", namespace)
+        assert example is not None
+        assert example["spec"]["reaper"]["schedule"] == "* * * * *", "CRD defaults applied"
+    finally:
+        cluster.helm("uninstall", release, "--namespace", namespace, "--wait")
+        cluster.delete_namespace(namespace)
+
+
+def test_watched_namespaces_must_exist(cluster: Cluster, crds: None, tmp_path: Path) -> None:
+    result = cluster.helm("install", "antre-missing", "charts/antre", "-n",
+                          "antre-missing-system", "--create-namespace",
+                          "--set", "operator.watchNamespaces={team-missing}", check=False)
+    try:
+        assert result.returncode != 0
+        assert 'namespaces "team-missing" not found' in result.stderr, result.stderr
+    finally:
+        cluster.helm("uninstall", "antre-missing", "-n", "antre-missing-system", check=False)
+        cluster.delete_namespace("antre-missing-system")
+
+
+def test_install_for_watched_namespaces(cluster: Cluster, crds: None, tmp_path: Path,
+                                        watched: list[str]) -> None:
+    release, namespace = "antre-teams", "antre-teams-system"
+    unwatched = cluster.create_namespace("team-c")
+    install = helm_install(cluster, release, namespace, workdir=tmp_path,
+                           values={"operator": {"watchNamespaces": watched}})
+    try:
+        args = install.operator_args()
+        assert [a for a in args if a.startswith("--namespace")] == [
+            f"--namespace={name}" for name in watched]
+        kinds = sorted(obj["kind"] for obj in release_objects(cluster, release, namespace))
+        assert kinds.count("Role") == 2 and kinds.count("RoleBinding") == 2, kinds
+        user = install.user
+        for name in watched:
+            for verb, resource in [("watch", "jobqueues.antre.dev"),
+                                   ("patch", "jobqueues.antre.dev/status"),
+                                   ("update", "jobqueues.antre.dev/finalizers"),
+                                   ("create", "deployments.apps"), ("patch", "cronjobs.batch"),
+                                   ("get", "secrets"), ("patch", "pods"), ("create", "events")]:
+                assert can_i(cluster, user, verb, resource, name), (verb, resource, name)
+            assert not can_i(cluster, user, "list", "secrets", name), "secrets by name only"
+        for verb, resource in [("get", "secrets"), ("create", "deployments.apps"),
+                               ("watch", "jobqueues.antre.dev")]:
+            assert not can_i(cluster, user, verb, resource, unwatched), (verb, resource)
+        assert can_i(cluster, user, "watch", "customresourcedefinitions", "default")
+    finally:
+        cluster.helm("uninstall", release, "--namespace", namespace, "--wait")
+        cluster.delete_namespace(unwatched)

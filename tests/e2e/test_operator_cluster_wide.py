@@ -1,0 +1,118 @@
+"""The operator with the chart's defaults (cluster-wide): writes at rest, deleting a namespace.
+
+* A JobQueue at rest costs no Kubernetes writes. With a 1 s polling interval and one JobQueue
+  with nothing queued, for 60 s the audit log must show no create, update, patch or delete by the
+  operator's ServiceAccount; the per-verb counts of its requests go to the run's summary. On a
+  cluster of your own without a readable audit log, the objects the operator writes (the
+  JobQueue, what it sets on the children, its Events) must stay unchanged instead.
+* ``kubectl delete namespace`` with a JobQueue in it: the namespace goes, and the operator
+  neither recreates the children the namespace controller deletes nor posts Events there (both
+  would be refused: the namespace is terminating). In namespaced mode the operator's Role is in
+  that namespace and goes with it, so docs/helm.md says to delete the JobQueues first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from redis_servers import wait_until
+
+from .audit import format_counts
+from .cluster import Cluster
+from .samples import example
+from .serving import Served, serve
+
+REST_S = 60
+
+
+@pytest.fixture(scope="module")
+def served(cluster: Cluster, crds: None,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serve(cluster, "cluster-wide", tmp_path_factory.mktemp("cluster-wide")) as served:
+        yield served
+    assert not served.refusals(), "\n".join(served.refusals())
+
+
+def operator_footprint(served: Served, name: str) -> dict[str, Any]:
+    """What the operator writes for JobQueue ``name``, as stored: the JobQueue (status,
+    finalizers, annotations: nobody else writes it), what it sets on the children (controllers
+    write their status, which is not counted), and the Events it posted."""
+    cluster, ns = served.cluster, served.namespace
+    jobqueue = cluster.get("jobqueue", name, ns)
+    assert jobqueue is not None
+    footprint: dict[str, Any] = {"jobqueue": jobqueue["metadata"]["resourceVersion"]}
+    for kind in ("deployments", "cronjobs", "services"):
+        for child in cluster.items(kind, ns, f"antre.dev/jobqueue={name}"):
+            meta = child["metadata"]
+            footprint[f"{kind}/{meta['name']}"] = (
+                meta.get("generation"), meta.get("labels"), meta.get("annotations"),
+                meta.get("ownerReferences"))
+    footprint["events"] = sorted(
+        e["metadata"]["name"] for e in cluster.items("events", ns)
+        if (e.get("source") or {}).get("component") == "kopf"
+        and e["involvedObject"].get("name") == name)
+    return footprint
+
+
+def quiet(served: Served, seconds: float) -> bool:
+    """No write by the operator for ``seconds`` (from the audit log, else the footprint)."""
+    audit = served.cluster.audit
+    if audit is not None:
+        window = audit.window()
+        time.sleep(seconds)
+        return not window.writes(served.install.user)
+    before = operator_footprint(served, "idle")
+    time.sleep(seconds)
+    return operator_footprint(served, "idle") == before
+
+
+def test_a_jobqueue_at_rest_makes_no_writes(served: Served, e2e_report: list[str]) -> None:
+    """One JobQueue with nothing queued, for REST_S seconds: no create, update, patch or delete
+    by the operator (the audit log; on a cluster of your own without one, the objects)."""
+    cluster, ns = served.cluster, served.namespace
+    body = example("jobqueue")
+    body["metadata"]["name"] = "idle"
+    creating = cluster.audit.window() if cluster.audit is not None else None
+    cluster.apply(body, namespace=ns)
+    jq = served.wait_ready("idle")
+    assert jq["status"]["backlog"] == 0
+    if creating is not None:
+        # The log does attribute the operator's requests to its ServiceAccount.
+        created = {r.resource for r in creating.writes(served.install.user) if r.verb == "create"}
+        assert {"deployments", "cronjobs"} <= created, created
+        e2e_report.append(f"{served.install.release}: the operator's requests to create one "
+                          f"JobQueue's children and status: "
+                          f"{format_counts(creating.counts(served.install.user))}")
+    wait_until(lambda: quiet(served, 3), timeout_s=30, interval_s=0,
+               message="the operator to settle after creating the children")
+
+    before = operator_footprint(served, "idle")
+    window = cluster.audit.window() if cluster.audit is not None else None
+    deadline = time.monotonic() + REST_S
+    while time.monotonic() < deadline:
+        assert served.operator.alive(), served.operator.tail()
+        time.sleep(1)
+    assert operator_footprint(served, "idle") == before, "the operator changed something at rest"
+    if window is None:
+        e2e_report.append(f"{served.install.release}: {REST_S} s at rest: the JobQueue, its "
+                          f"children and the operator's Events unchanged (no audit log here)")
+    if window is not None:
+        user = served.install.user
+        e2e_report.append(f"{served.install.release}: the operator's requests in {REST_S} s "
+                          f"with one JobQueue at rest (polling every 1 s): "
+                          f"{format_counts(window.counts(user))}")
+        writes = window.writes(user)
+        assert not writes, "writes at rest:\n" + "\n".join(map(str, writes))
+
+
+def test_deleting_the_namespace_takes_its_jobqueues_along(served: Served) -> None:
+    """``kubectl delete namespace`` with a JobQueue in it: the operator lets it go (releases
+    its finalizer, recreates nothing) and the namespace disappears."""
+    cluster, ns = served.cluster, served.namespace
+    cluster.apply(example("jobqueue"), namespace=ns)
+    served.wait_ready("emails")
+    cluster.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=60s")
+    assert cluster.get("namespace", ns) is None

@@ -1,0 +1,186 @@
+"""The operator on a real API server, with exactly the rights the chart gives it.
+
+In each mode (cluster-wide, and ``operator.watchNamespaces``) the chart is installed with helm
+and the operator runs with a token of the chart's ServiceAccount (``serving.py``): every request
+it makes is judged by the chart's RBAC, and a 403 (or any error) in its log fails the step.
+Then, as README and docs/operator.md tell a user, with the real kubectl:
+
+* ``kubectl create secret ... redis-url`` (the test's own redis-server) and ``kubectl apply -f
+  examples/jobqueue.yaml``: the worker Deployment and the reaper CronJob appear, controlled by the
+  JobQueue (ownerReferences with blockOwnerDeletion, accepted under the
+  OwnerReferencesPermissionEnforcement admission plugin); ``Ready`` turns True;
+* jobs enqueued show in ``kubectl get jq`` (the printer columns) and raise the desired replicas;
+* examples/jobqueue-fixed.yaml (autoscaling off, API on): the API Deployment and Service appear;
+  ``kubectl scale jq/reports --replicas=3`` goes through the /scale subresource and the worker
+  Deployment follows;
+* hand edits of a child (replicas, image, env) are put back, labels others add are kept;
+* ``kubectl delete jq``: the real garbage collector removes the children; ``--cascade=orphan``
+  then re-creating the JobQueue: the children are adopted, not duplicated.
+
+The writes at rest and deleting a namespace are in test_operator_cluster_wide.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from antre_operator import spec as jobqueue_spec
+from redis_servers import wait_until
+
+from .samples import example
+from .serving import MODES, Served, serve
+
+
+def controller_of(obj: dict[str, Any]) -> dict[str, Any]:
+    refs = obj["metadata"].get("ownerReferences") or []
+    assert len(refs) == 1, refs
+    return dict(refs[0])
+
+
+@pytest.fixture(scope="module", params=MODES)
+def served(request: pytest.FixtureRequest, cluster: Any, crds: None,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serve(cluster, str(request.param), tmp_path_factory.mktemp("served")) as served:
+        yield served
+
+
+@pytest.fixture(autouse=True)
+def no_forbidden_requests(served: Served) -> Iterator[None]:
+    """Any refusal by the API server, during any step, fails that step."""
+    yield
+    refused = served.refusals()
+    assert not refused, "the operator was refused or failed:\n" + "\n".join(refused[-20:])
+
+
+def test_example_jobqueue_gets_its_children_and_turns_ready(served: Served) -> None:
+    cluster, ns = served.cluster, served.namespace
+    cluster.kubectl("apply", "-f", "examples/jobqueue.yaml", "-n", ns)
+    jq = served.wait_ready("emails")
+    worker = served.wait_child("deployment", "emails-worker")
+    reaper = served.wait_child("cronjob", "emails-reaper")
+    for child in (worker, reaper):
+        assert controller_of(child) == {
+            "apiVersion": "antre.dev/v1alpha1", "kind": "JobQueue", "name": "emails",
+            "uid": jq["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+    assert served.child("deployment", "emails-api") is None, "spec.api.enabled is false"
+    assert worker["spec"]["replicas"] == 1, "the example's minReplicas, nothing queued"
+    assert jq["status"]["selector"] == "antre.dev/jobqueue=emails,app.kubernetes.io/component=worker"
+
+
+def test_backlog_shows_in_kubectl_get_and_raises_desired_replicas(served: Served) -> None:
+    cluster, ns = served.cluster, served.namespace
+    served.queue("emails").enqueue_many([("send", {"to": i}) for i in range(250)])
+    served.wait_child("deployment", "emails-worker",
+                      until=lambda d: d["spec"]["replicas"] == 3,
+                      what="3 workers for 250 jobs at 100 per replica")
+
+    def columns() -> dict[str, str]:
+        out = cluster.kubectl("get", "jq", "emails", "-n", ns, "-o", "wide").stdout
+        header, row = out.splitlines()
+        return dict(zip(header.split(), row.split(), strict=True))
+
+    table = wait_until(lambda: (c := columns())["BACKLOG"] == "250" and c,
+                       timeout_s=30, message="kubectl get jq showing the backlog")
+    assert isinstance(table, dict)
+    assert table["READY"] == "True" and table["DESIRED"] == "3" and table["CURRENT"] == "3"
+    assert table["PROCESSING"] == "0" and table["DEAD"] == "0"
+    # The real ReplicaSet controller creates the pods; enforcing "restricted" lets them in.
+    def worker_pods() -> list[str]:
+        return [p["metadata"]["name"] for p in cluster.items(
+            "pods", ns, "antre.dev/jobqueue=emails,app.kubernetes.io/component=worker")]
+
+    try:
+        wait_until(lambda: len(worker_pods()) == 3, timeout_s=30, message="3 worker pods")
+    except AssertionError:
+        raise AssertionError(f"{worker_pods()}\n" + cluster.kubectl(
+            "get", "rs,events", "-n", ns, "-o", "wide").stdout) from None
+    # Scaling is not a rollout: the pod template the operator created is the one it patches.
+    assert len(cluster.items("replicasets", ns, "antre.dev/jobqueue=emails")) == 1
+
+
+def test_fixed_jobqueue_with_api_scales_through_the_scale_subresource(
+        served: Served) -> None:
+    cluster, ns = served.cluster, served.namespace
+    body = example("jobqueue-fixed")
+    body["spec"]["redis"]["url"] = served.redis.url  # the example's host is in-cluster
+    cluster.kubectl("create", "secret", "generic", "reports-api", "-n", ns,
+                    "--from-literal=token=s3cret-token")
+    cluster.apply(body, namespace=ns)
+    jq = served.wait_ready("reports")
+    api = served.wait_child("deployment", "reports-api")
+    service = served.wait_child("service", "reports-api")
+    for child in (api, service):
+        assert controller_of(child)["uid"] == jq["metadata"]["uid"]
+    served.wait_child("deployment", "reports-worker", until=lambda d: d["spec"]["replicas"] == 2)
+
+    cluster.kubectl("scale", "jq/reports", "--replicas=3", "-n", ns)
+    served.wait_child("deployment", "reports-worker", until=lambda d: d["spec"]["replicas"] == 3,
+                      what="the worker Deployment following kubectl scale")
+    scale = cluster.wait_for("jq", "reports", ns, what="/scale status.replicas 3",
+                             until=lambda _: json.loads(cluster.kubectl(
+                                 "get", "jq", "reports", "-n", ns, "--subresource=scale",
+                                 "-o", "json").stdout)["status"].get("replicas") == 3)
+    assert scale["spec"]["replicas"] == 3
+    answer = json.loads(cluster.kubectl("get", "jq", "reports", "-n", ns,
+                                        "--subresource=scale", "-o", "json").stdout)
+    assert answer["kind"] == "Scale" and answer["spec"]["replicas"] == 3
+    assert answer["status"]["selector"] == (
+        "antre.dev/jobqueue=reports,app.kubernetes.io/component=worker")
+
+
+def test_hand_edits_are_put_back_and_foreign_labels_kept(served: Served) -> None:
+    cluster, ns = served.cluster, served.namespace
+    cluster.kubectl("scale", "deployment/reports-worker", "--replicas=7", "-n", ns)
+    cluster.kubectl("set", "image", "deployment/reports-worker", "worker=busybox:latest",
+                    "-n", ns)
+    cluster.kubectl("set", "env", "deployment/reports-worker", "ANTRE_CONCURRENCY=99", "-n", ns)
+    cluster.kubectl("label", "deployment/reports-worker", "team=media", "-n", ns)
+
+    worker_spec = jobqueue_spec.parse_jobqueue(
+        name="reports", namespace=ns, spec=example("jobqueue-fixed")["spec"]).worker
+
+    def repaired(deployment: dict[str, Any]) -> bool:
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        return (deployment["spec"]["replicas"] == 3 and container["image"] == worker_spec.image
+                and env.get("ANTRE_CONCURRENCY") == str(worker_spec.concurrency))
+
+    worker = served.wait_child("deployment", "reports-worker", until=repaired,
+                               what="the hand edits put back")
+    assert worker["metadata"]["labels"]["team"] == "media", "labels others add are kept"
+
+
+def test_delete_lets_the_garbage_collector_remove_the_children(served: Served) -> None:
+    cluster, ns = served.cluster, served.namespace
+    # Foreground: the JobQueue stays (with a deletionTimestamp) until the garbage collector
+    # has removed every child; an operator recreating them would make this hang.
+    cluster.kubectl("delete", "jq", "reports", "-n", ns, "--cascade=foreground", "--wait=true",
+                    "--timeout=30s")
+    for kind, name in [("deployment", "reports-worker"), ("cronjob", "reports-reaper"),
+                       ("deployment", "reports-api"), ("service", "reports-api")]:
+        cluster.wait_gone(kind, name, ns, timeout_s=30)
+
+
+def test_orphaned_children_are_adopted_by_a_new_jobqueue(served: Served) -> None:
+    cluster, ns = served.cluster, served.namespace
+    old_uid = served.wait_ready("emails")["metadata"]["uid"]
+    cluster.kubectl("delete", "jq", "emails", "-n", ns, "--cascade=orphan", "--wait=true",
+                    "--timeout=30s")
+    orphan = served.wait_child("deployment", "emails-worker",
+                               until=lambda d: not d["metadata"].get("ownerReferences"),
+                               what="the orphaned worker Deployment without owner")
+    assert orphan["spec"]["replicas"] == 3
+    cluster.kubectl("apply", "-f", "examples/jobqueue.yaml", "-n", ns)
+    new_uid = served.wait_ready("emails")["metadata"]["uid"]
+    assert new_uid != old_uid
+    for kind, name in [("deployment", "emails-worker"), ("cronjob", "emails-reaper")]:
+        adopted = served.wait_child(kind, name,
+                                    until=lambda o: (o["metadata"].get("ownerReferences") or
+                                                     [{}])[0].get("uid") == new_uid,
+                                    what=f"{kind} {name} adopted")
+        assert controller_of(adopted)["controller"] is True
+    assert len(cluster.items("deployments", ns, "antre.dev/jobqueue=emails")) == 1
+
