@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 from redis_servers import wait_until
 
 from .audit import format_counts
@@ -57,6 +58,12 @@ def operator_footprint(served: Served, name: str) -> dict[str, Any]:
     return footprint
 
 
+def script_calls(served: Served) -> int:
+    """Lua scripts run by the served Redis so far: one per operator poll at rest."""
+    stats = redis.Redis.from_url(served.redis.url).info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
 def quiet(served: Served, seconds: float) -> bool:
     """No write by the operator for ``seconds`` (from the audit log, else the footprint)."""
     audit = served.cluster.audit
@@ -91,11 +98,15 @@ def test_a_jobqueue_at_rest_makes_no_writes(served: Served, e2e_report: list[str
 
     before = operator_footprint(served, "idle")
     window = cluster.audit.window() if cluster.audit is not None else None
-    deadline = time.monotonic() + REST_S
+    scripts_before, started = script_calls(served), time.monotonic()
+    deadline = started + REST_S
     while time.monotonic() < deadline:
         assert served.operator.alive(), served.operator.tail()
         time.sleep(1)
+    round_trips = script_calls(served) - scripts_before
     assert operator_footprint(served, "idle") == before, "the operator changed something at rest"
+    # One Redis round trip (one script) per polling interval, and no more.
+    assert round_trips <= (time.monotonic() - started) / 1.0 + 1, round_trips
     if window is None:
         e2e_report.append(f"{served.install.release}: {REST_S} s at rest: the JobQueue, its "
                           f"children and the operator's Events unchanged (no audit log here)")
@@ -103,7 +114,8 @@ def test_a_jobqueue_at_rest_makes_no_writes(served: Served, e2e_report: list[str
         user = served.install.user
         e2e_report.append(f"{served.install.release}: the operator's requests in {REST_S} s "
                           f"with one JobQueue at rest (polling every 1 s): "
-                          f"{format_counts(window.counts(user))}")
+                          f"{format_counts(window.counts(user))}; Redis round trips: "
+                          f"{round_trips}")
         writes = window.writes(user)
         assert not writes, "writes at rest:\n" + "\n".join(map(str, writes))
 

@@ -13,7 +13,8 @@ Then, as README and docs/operator.md tell a user, with the real kubectl:
 * examples/jobqueue-fixed.yaml (autoscaling off, API on): the API Deployment and Service appear;
   ``kubectl scale jq/reports --replicas=3`` goes through the /scale subresource and the worker
   Deployment follows;
-* hand edits of a child (replicas, image, env) are put back, labels others add are kept;
+* hand edits of a child (replicas, image, env) are put back, labels others add are kept, a
+  deleted child comes back (with a Repaired Event); turning the API off removes its children;
 * ``kubectl delete jq``: the real garbage collector removes the children; ``--cascade=orphan``
   then re-creating the JobQueue: the children are adopted, not duplicated.
 
@@ -127,6 +128,8 @@ def test_fixed_jobqueue_with_api_scales_through_the_scale_subresource(
     answer = json.loads(cluster.kubectl("get", "jq", "reports", "-n", ns,
                                         "--subresource=scale", "-o", "json").stdout)
     assert answer["kind"] == "Scale" and answer["spec"]["replicas"] == 3
+    scaling = next(c for c in scale["status"]["conditions"] if c["type"] == "Scaling")
+    assert (scaling["status"], scaling["reason"]) == ("False", "Disabled")
     assert answer["status"]["selector"] == (
         "antre.dev/jobqueue=reports,app.kubernetes.io/component=worker")
 
@@ -151,6 +154,25 @@ def test_hand_edits_are_put_back_and_foreign_labels_kept(served: Served) -> None
     worker = served.wait_child("deployment", "reports-worker", until=repaired,
                                what="the hand edits put back")
     assert worker["metadata"]["labels"]["team"] == "media", "labels others add are kept"
+
+    uid = served.wait_child("service", "reports-api")["metadata"]["uid"]
+    cluster.kubectl("delete", "service", "reports-api", "-n", ns)
+    served.wait_child("service", "reports-api", until=lambda s: s["metadata"]["uid"] != uid,
+                      what="the deleted Service re-created")
+    repaired_events = cluster.items("events", ns)
+    assert any(e["reason"] == "Repaired" and e["involvedObject"]["name"] == "reports"
+               for e in repaired_events), "a Repaired Event on the JobQueue"
+
+
+def test_turning_the_api_off_removes_its_children(served: Served) -> None:
+    cluster, ns = served.cluster, served.namespace
+    cluster.kubectl("patch", "jq", "reports", "-n", ns, "--type=merge",
+                    "-p", '{"spec": {"api": {"enabled": false}}}')
+    cluster.wait_gone("deployment", "reports-api", ns)
+    cluster.wait_gone("service", "reports-api", ns)
+    api_on = {"spec": {"api": {"enabled": True}}}
+    cluster.kubectl("patch", "jq", "reports", "-n", ns, "--type=merge", "-p", json.dumps(api_on))
+    served.wait_child("deployment", "reports-api", what="the API Deployment back")
 
 
 def test_delete_lets_the_garbage_collector_remove_the_children(served: Served) -> None:

@@ -1,8 +1,8 @@
-"""The operator against the emulated API: children appear, are owned, and are repaired.
+"""The operator as a process, and letting a JobQueue go, against the emulated API.
 
-Aspects: a JobQueue gets its worker Deployment and reaper CronJob (and API Deployment/Service
-when enabled), each with an ownerReference to it; a child deleted or edited by hand is restored;
-the API children go away when the API is disabled; status and printer-column fields are set.
+Aspects: the ``antre-operator`` console script runs the operator (and exits 0 on SIGTERM);
+deleting a JobQueue releases kopf's finalizer and forgets its metrics. Children, ownership,
+repairs and the API's children are tested on a real API server (tests/e2e).
 """
 
 from __future__ import annotations
@@ -15,73 +15,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from operator_emulation import condition, create, delete, eventually, jobqueue, object_path, patch
+from operator_emulation import create, delete, eventually, jobqueue, object_path
 
 NS = "default"
-
-
-async def test_children_appear_owned(k8s: Any, operator: Any, redis_url: str) -> None:
-    await create(k8s, jobqueue("mail", NS, redis_url))
-    jq = await eventually(lambda: k8s.live("jobqueues", NS, "mail"), message="the JobQueue")
-    worker = await eventually(lambda: k8s.live("deployments", NS, "mail-worker"),
-                              message="the worker Deployment")
-    reaper = await eventually(lambda: k8s.live("cronjobs", NS, "mail-reaper"),
-                              message="the reaper CronJob")
-    for child in (worker, reaper):
-        [ref] = child["metadata"]["ownerReferences"]
-        assert ref["uid"] == jq["metadata"]["uid"] and ref["kind"] == "JobQueue"
-    ready = await eventually(
-        lambda: (c := condition(k8s.live("jobqueues", NS, "mail"), "Ready")) and
-        c["status"] == "True" and c, message="Ready=True")
-    assert ready["reason"] == "Reconciled"
-    # Both kopf and our client authenticate with the kubeconfig's token.
-    agents = {(r.headers.get("User-Agent", "").split("/")[0], r.headers.get("Authorization"))
-              for r in k8s.all_requests}
-    assert ("antre-operator", "Bearer test-token") in agents
-    assert ("kopf", "Bearer test-token") in agents
-    assert all(auth == "Bearer test-token" for agent, auth in agents if agent != "kmock")
-
-
-async def test_children_are_repaired(k8s: Any, operator: Any, redis_url: str) -> None:
-    await create(k8s, jobqueue("fix", NS, redis_url, autoscaling={"pollingIntervalSeconds": 1}))
-    worker = await eventually(lambda: k8s.live("deployments", NS, "fix-worker"),
-                              message="the worker Deployment")
-    image = worker["spec"]["template"]["spec"]["containers"][0]["image"]
-
-    await delete(k8s, object_path("Deployment", NS, "fix-worker"))
-    await eventually(lambda: k8s.live("deployments", NS, "fix-worker"), timeout_s=5,
-                     message="the deleted Deployment re-created")
-    await delete(k8s, object_path("CronJob", NS, "fix-reaper"))
-    await eventually(lambda: k8s.live("cronjobs", NS, "fix-reaper"), timeout_s=5,
-                     message="the deleted CronJob re-created")
-
-    edited = {"spec": {"template": {"spec": {"containers": [{"name": "worker", "image": "evil"}]}}}}
-    await patch(k8s, object_path("Deployment", NS, "fix-worker"), edited)
-    await eventually(lambda: k8s.live("deployments", NS, "fix-worker")["spec"]["template"]["spec"]
-                     ["containers"][0]["image"] == image, timeout_s=5, message="image restored")
-    await patch(k8s, object_path("Deployment", NS, "fix-worker"),
-                {"metadata": {"annotations": {"team": "mail"}}})  # foreign additions stay
-    await eventually(lambda: any(e.get("reason") == "Repaired" for e in k8s.events(NS)),
-                     message="a Repaired Event")
-    live = k8s.live("deployments", NS, "fix-worker")
-    assert live["metadata"]["annotations"] == {"team": "mail"}
-
-
-async def test_api_children_follow_spec_api(k8s: Any, operator: Any, redis_url: str) -> None:
-    api = {"enabled": True, "tokenSecretRef": {"name": "api-token"}, "port": 8080}
-    await create(k8s, jobqueue("web", NS, redis_url, api=api,
-                               autoscaling={"pollingIntervalSeconds": 1}))
-    deployment = await eventually(lambda: k8s.live("deployments", NS, "web-api"),
-                                  message="the API Deployment")
-    service = await eventually(lambda: k8s.live("services", NS, "web-api"),
-                               message="the API Service")
-    assert service["spec"]["ports"][0]["port"] == 8080
-    assert deployment["metadata"]["ownerReferences"][0]["name"] == "web"
-
-    await patch(k8s, object_path("JobQueue", NS, "web"), {"spec": {"api": {"enabled": False}}})
-    await eventually(lambda: k8s.live("deployments", NS, "web-api") is None and
-                     k8s.live("services", NS, "web-api") is None, timeout_s=5,
-                     message="the API children removed")
 
 
 async def test_the_console_script_runs_the_operator(k8s: Any, kubeconfig: Path,

@@ -2,8 +2,8 @@
 
 Aspects: 500 jobs raise the replicas within one polling interval (with a Scaled event); a
 drained queue scales down only after the stabilization window and reaches zero only after the
-cooldown; spec.replicas (what `kubectl scale` sets through /scale) drives the workers when
-autoscaling is off; the metrics endpoint reports the numbers.
+cooldown; the metrics endpoint reports the numbers. spec.replicas driving the workers through
+`kubectl scale` and /scale is tested on a real API server (tests/e2e).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import antre
 import redis
-from operator_emulation import condition, create, eventually, jobqueue, object_path, patch
+from operator_emulation import condition, create, eventually, jobqueue
 
 NS = "default"
 FAST = {"pollingIntervalSeconds": 1, "scaleDownStabilizationSeconds": 3, "cooldownSeconds": 5,
@@ -67,17 +67,3 @@ async def test_scale_up_down_and_to_zero(k8s: Any, operator: Any, redis_url: str
     assert 'antre_operator_desired_replicas{jobqueue="burst",namespace="default"} 0.0' in text
     assert 'antre_operator_backlog{jobqueue="burst",namespace="default"} 0.0' in text
     assert 'antre_operator_scale_events_total{direction="up",jobqueue="burst",namespace="default"}' in text
-
-
-async def test_fixed_replicas_follow_spec_replicas(k8s: Any, operator: Any,
-                                                   redis_url: str) -> None:
-    await create(k8s, jobqueue("fixed", NS, redis_url, replicas=2,
-                               autoscaling={"enabled": False, "pollingIntervalSeconds": 1}))
-    await eventually(lambda: replicas(k8s, "fixed") == 2, message="spec.replicas workers")
-    # What `kubectl scale jq/fixed --replicas=4` does through the /scale subresource.
-    await patch(k8s, object_path("JobQueue", NS, "fixed"), {"spec": {"replicas": 4}})
-    await eventually(lambda: replicas(k8s, "fixed") == 4, timeout_s=5, message="4 workers")
-    jq = await eventually(lambda: (o := k8s.live("jobqueues", NS, "fixed")) and
-                          o["status"].get("replicas") == 4 and o, message="status.replicas")
-    scaling = condition(jq, "Scaling")
-    assert scaling["status"] == "False" and scaling["reason"] == "Disabled"
