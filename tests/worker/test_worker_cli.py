@@ -243,6 +243,7 @@ def test_demo_ignores_antre_redis_url_and_says_so(redis_client, redis_url):
     assert "ANTRE_REDIS_URL is set but not used" in proc.stdout
     assert "started a throwaway redis-server at redis://127.0.0.1:" in proc.stdout
     assert redis_client.dbsize() == 0  # nothing written to the Redis in the environment
+    assert proc.stderr == ""  # the progress lines on stdout tell the story; no log lines
     help_text = subprocess.run([*ANTRE, "demo", "--help"], capture_output=True, text=True,
                                env=child_env(), timeout=60).stdout
     assert "default: a throwaway redis-server" in " ".join(help_text.split())

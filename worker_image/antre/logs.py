@@ -43,15 +43,17 @@ class JsonFormatter(logging.Formatter):
 PROCESS_LOGGERS: Final = ("antre.worker", "antre.api")
 
 
-def configure(level: str = "INFO") -> None:
-    """JSON lines on stderr at ``level``; the process loggers stay at INFO or below."""
+def configure(level: str = "INFO", *, process_lines: bool = True) -> None:
+    """JSON lines on stderr at ``level``; the process loggers stay at INFO or below unless
+    ``process_lines`` is False (``antre demo`` prints its own story)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     for name in PROCESS_LOGGERS:
-        logging.getLogger(name).setLevel(min(root.level, logging.INFO))
+        logging.getLogger(name).setLevel(min(root.level, logging.INFO) if process_lines
+                                         else logging.NOTSET)
 
 
 def job_event(event: str, job: ClaimedJob, *, worker_id: str, level: int = logging.INFO,

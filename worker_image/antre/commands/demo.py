@@ -78,7 +78,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise errors.InvalidArgument(f"--jobs: got {args.jobs}; must be >= 1")
-    logs.configure("ERROR")  # the progress lines tell the story; retries would flood it
+    # The progress lines tell the story; retries and the worker's own lines would clutter it.
+    logs.configure("ERROR", process_lines=False)
     if os.environ.get("ANTRE_REDIS_URL") and not args.redis_url:
         print("ANTRE_REDIS_URL is set but not used: the demo runs on a throwaway Redis unless "
               "given --redis-url")
