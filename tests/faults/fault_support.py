@@ -3,20 +3,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
 from antre import QueueSettings
-from redis_servers import wait_until
+from redis_servers import child_env, wait_until
 
 QUEUE = "faults"
+HERE = Path(__file__).parent
 
 
 @dataclass
@@ -73,6 +77,54 @@ class WorkerProcess:
 
 SpawnWorker = Callable[..., WorkerProcess]
 """The ``spawn_worker`` fixture: ``spawn(name, *, concurrency=, visibility_timeout_s=, ...)``."""
+
+
+def start_worker(name: str, *, redis_url: str, effects_url: str, log_dir: Path, index: int = 0,
+                 queue: str = QUEUE, concurrency: int = 4, visibility_timeout_s: float = 1.0,
+                 grace_period_s: float = 5.0, reaper_interval_s: float = 0.2,
+                 backoff_base_s: float = 0.05, backoff_max_s: float = 0.2,
+                 extra_args: tuple[str, ...] = ()) -> WorkerProcess:
+    """Starts one ``antre worker`` subprocess serving :mod:`fault_handlers`, whose traces go to
+    ``effects_url``; its JSON log goes to a file of its own in ``log_dir``."""
+    env = child_env()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
+    env["FAULT_WORKER_NAME"] = name
+    env["FAULT_EFFECTS_URL"] = effects_url
+    log_path = log_dir / f"worker-{name}-{index}.log"
+    command = [
+        sys.executable, "-m", "antre", "worker", "--handlers", "fault_handlers",
+        "--redis-url", redis_url, "--queue", queue,
+        "--concurrency", str(concurrency), "--visibility-timeout", str(visibility_timeout_s),
+        "--grace-period", str(grace_period_s), "--reaper-interval", str(reaper_interval_s),
+        "--backoff-base", str(backoff_base_s), "--backoff-max", str(backoff_max_s), *extra_args,
+    ]
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                                   cwd=log_dir)
+    return WorkerProcess(name, process, log_path)
+
+
+@contextlib.contextmanager
+def worker_spawner(*, redis_url: str, effects_url: str, log_dir: Path) -> Iterator[SpawnWorker]:
+    """The ``spawn_worker`` fixtures: ``spawn(name, **options)`` starts a worker on ``redis_url``
+    (or ``redis_url=`` of its own) and, unless ``wait_started=False``, waits until it logs its
+    start. Every worker still running is killed on exit, whatever state it was left in."""
+    spawned: list[WorkerProcess] = []
+
+    def spawn(name: str, *, wait_started: bool = True, **options: Any) -> WorkerProcess:
+        worker = start_worker(name, redis_url=options.pop("redis_url", None) or redis_url,
+                              effects_url=effects_url, log_dir=log_dir, index=len(spawned),
+                              **options)
+        spawned.append(worker)
+        if wait_started:
+            worker.worker_id()
+        return worker
+
+    try:
+        yield spawn
+    finally:
+        for worker in spawned:
+            worker.kill()
 
 
 def counter(client: redis.Redis, key: str) -> int:

@@ -1,7 +1,10 @@
-"""Connecting to Redis: a standalone server or a Redis Cluster, chosen by the URL.
+"""Connecting to Redis: a standalone server, a Sentinel group or a Redis Cluster, chosen by
+the URL.
 
 ``redis://`` and ``rediss://`` (TLS) and ``unix://`` give a standalone client;
-``redis+cluster://`` and ``rediss+cluster://`` give redis-py's cluster client (any node as seed).
+``redis+sentinel://`` and ``rediss+sentinel://`` a client of the primary a Sentinel group names,
+which follows a failover (:mod:`antre.sentinel`); ``redis+cluster://`` and
+``rediss+cluster://`` give redis-py's cluster client (any node as seed).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from antre import errors
+from antre import errors, sentinel
 
 _STANDALONE = {"redis", "rediss", "unix"}
 _CLUSTER = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
@@ -24,7 +27,8 @@ SOCKET_TIMEOUT_S = 15.0
 CONNECT_TIMEOUT_S = 5.0
 
 
-_SECRET_QUERY_KEYS = ("password", "username", "user", "pass")
+_SECRET_QUERY_KEYS = ("password", "username", "user", "pass", "sentinel_password",
+                      "sentinel_username")
 
 
 def redact(url: str) -> str:
@@ -47,17 +51,17 @@ def redact(url: str) -> str:
 def _split(url: str) -> tuple[bool, str]:
     if not isinstance(url, str) or "://" not in url:
         raise errors.InvalidArgument(
-            f"redis url: got {url!r}; must look like redis://host:6379/0 (or rediss://, unix://,"
-            " redis+cluster://)"
+            f"redis url: got {redact(url)!r}; must look like redis://host:6379/0 (or rediss://,"
+            " unix://, redis+sentinel://, redis+cluster://)"
         )
     scheme = url.split("://", 1)[0].lower()
-    if scheme in _STANDALONE:
+    if scheme in _STANDALONE or sentinel.is_sentinel_url(url):
         return False, url
     if scheme in _CLUSTER:
         return True, _CLUSTER[scheme] + url[len(scheme):]
     raise errors.InvalidArgument(
         f"redis url: got scheme {scheme!r} in {redact(url)!r}; must be one of "
-        "redis, rediss, unix, redis+cluster, rediss+cluster"
+        "redis, rediss, unix, redis+sentinel, rediss+sentinel, redis+cluster, rediss+cluster"
     )
 
 
@@ -85,9 +89,26 @@ def is_cluster_url(url: str) -> bool:
     return _split(url)[0]
 
 
+def _parse_sentinel(url: str) -> sentinel.SentinelUrl:
+    try:
+        return sentinel.parse_url(url)
+    except errors.InvalidArgument as exc:
+        raise errors.InvalidArgument(f"redis url {redact(url)!r}: {exc}") from None
+
+
+def _sentinel_options(parsed: sentinel.SentinelUrl, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The servers' options: the URL's over the defaults (timeouts, TLS verification), as
+    redis-py's from_url does for the other schemes."""
+    defaults = _options("rediss://" if parsed.tls else "redis://", **overrides)
+    return {**defaults, **parsed.server_options}
+
+
 def connect(url: str, **overrides: Any) -> Any:
     """A sync client for ``url`` (``redis.Redis`` or ``redis.cluster.RedisCluster``)."""
     cluster, real_url = _split(url)
+    if sentinel.is_sentinel_url(url):
+        parsed = _parse_sentinel(url)
+        return sentinel.connect(parsed, _sentinel_options(parsed, overrides))
     try:
         if cluster:
             options = _options(real_url, **overrides)
@@ -101,6 +122,9 @@ def connect(url: str, **overrides: Any) -> Any:
 def connect_async(url: str, **overrides: Any) -> Any:
     """An asyncio client for ``url`` (``redis.asyncio.Redis`` or its cluster twin)."""
     cluster, real_url = _split(url)
+    if sentinel.is_sentinel_url(url):
+        parsed = _parse_sentinel(url)
+        return sentinel.connect_async(parsed, _sentinel_options(parsed, overrides))
     try:
         if cluster:
             options = _options(real_url, **overrides)
@@ -117,6 +141,14 @@ def describe_unreachable(url: str, exc: BaseException) -> str:
     reason = str(exc).removeprefix("Redis is unreachable: ")
     message = f"Redis at {redact(url)} is unreachable: {reason}"
     scheme = url.split("://", 1)[0].lower()
+    if sentinel.is_sentinel_url(url):
+        try:
+            hint = sentinel.describe_unreachable(sentinel.parse_url(url), reason)
+        except errors.InvalidArgument:
+            hint = None
+        if hint:
+            return f"{message}; {hint}"
+        scheme = scheme.replace("+sentinel", "")
     lowered = reason.lower()
     if scheme.startswith("rediss") and ("timeout" in lowered or "timed out" in lowered):
         message += ("; rediss:// speaks TLS and gets no TLS answer: if the server is plain text, "

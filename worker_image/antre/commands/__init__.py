@@ -62,7 +62,8 @@ class Command:
 def redis_args(parser: argparse.ArgumentParser) -> None:
     env = os.environ
     parser.add_argument("--redis-url", default=env.get("ANTRE_REDIS_URL", DEFAULT_URL),
-                        help="Redis URL: redis://, rediss:// (TLS), unix://, redis+cluster:// "
+                        help="Redis URL: redis://, rediss:// (TLS), unix://, redis+sentinel://, "
+                             "redis+cluster:// "
                              "(env ANTRE_REDIS_URL; default %(default)s)")
     for path in ("name", "prefix"):  # --queue, --prefix
         item = fields.entry(settings.QueueSettings, path)
