@@ -6,7 +6,7 @@ that names the action and how many jobs it touches, with the exact ids carried o
 posts those ids again. A dead-letter group is named by a digest of its error and resolved to ids
 at confirmation time, so what is confirmed is what runs. The changes go through the client's
 protocol operations (:meth:`antre.AsyncQueue.replay`, ``purge``, ``cancel``), as ``antre dlq``
-and the API do, in chunks so no script call scans the dead list for long.
+and the API do, in chunks of at most a thousand ids.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from antre.dashboard.state import Dashboard, PageError, dashboard_of
 
 #: Most jobs one confirmation may carry (a full dead-letter window).
 MAX_IDS: Final = reading.MAX_GROUP_SCAN
-#: Ids per script call: replay and purge remove each given id from the dead list with LREM.
-CHUNK: Final = 100
+#: Ids per call (the client splits further to the scripts' own bound).
+CHUNK: Final = 1000
 #: Ids listed on the confirmation page (all are carried in the form).
 SHOWN_IDS: Final = 50
 

@@ -4,7 +4,7 @@ list or set, one job's full record, a search, the dead letters grouped by error.
 Every count comes from the depth script (:meth:`antre.AsyncQueue.stats`, as for ``antre stats``
 and the API), every finding from :mod:`antre.snapshots` and :mod:`antre.findings` (as for
 ``antre doctor``); this module only reads rows. A window is one range command on the list or
-set (LRANGE, ZRANGE by rank) and one pipeline of HMGETs of the summary fields, so a page costs
+set (LRANGE, ZRANGE or ZREVRANGE by rank) and one pipeline of HMGETs of the summary fields, so a page costs
 the same at a thousand jobs as at a million, and a row never loads a payload.
 """
 
@@ -45,7 +45,7 @@ class State(StrEnum):
     PROCESSING = "processing"
     #: The retry set (retries, delayed jobs, jobs waiting for a busy resource), soonest due first.
     SCHEDULED = "scheduled"
-    #: The dead list, newest first.
+    #: The dead letters (a ZSET by time of death), newest first.
     DEAD = "dead"
 
     def total(self, depth: Depth) -> int:
@@ -97,7 +97,8 @@ async def read_window(queue: AsyncQueue, state: State, *, page: int, total: int,
         ids = list(reversed(await redis_client.lrange(k.ready, -last - 1, -first - 1)))
         scores = [None] * len(ids)
     elif state is State.DEAD:
-        ids = await redis_client.lrange(k.dead, first, last)
+        # Scored by the microsecond of death: newest first.
+        ids = await redis_client.zrevrange(k.dead, first, last)
         scores = [None] * len(ids)
     else:
         key = k.processing if state is State.PROCESSING else k.retry
@@ -223,10 +224,10 @@ class DeadScan:
 
 async def read_dead_groups(queue: AsyncQueue, depth: Depth, *,
                            scan: int = DEFAULT_GROUP_SCAN) -> DeadScan:
-    """Groups the newest ``scan`` dead jobs (one LRANGE, one pipeline of HMGETs)."""
+    """Groups the newest ``scan`` dead jobs (one ZREVRANGE, one pipeline of HMGETs)."""
     scan = min(max(scan, 1), MAX_GROUP_SCAN)
     k, redis_client = queue.keys, queue.redis
-    ids = await redis_client.lrange(k.dead, 0, scan - 1)
+    ids = await redis_client.zrevrange(k.dead, 0, scan - 1)
     pipe = redis_client.pipeline(transaction=False)
     for job_id in ids:
         pipe.hmget(k.job(job_id), "type", "last_error", "died_at")
