@@ -80,7 +80,11 @@ def serve(cluster: Cluster, mode: str, workdir: Path) -> Iterator[Served]:
     namespace = cluster.create_namespace(f"jobs-{mode}")
     # Unique per call: the namespaces of an earlier install may still be terminating.
     release = f"antre-{mode}-{namespace.rsplit('-', 1)[1]}"
-    values = {"operator": {"watchNamespaces": [namespace]}} if mode == "namespaced" else {}
+    operator_values: dict[str, Any] = {"watchNamespaces": [namespace]} if mode == "namespaced" else {}
+    if not cluster.built:
+        # A cluster with kubelets would start the chart's operator pod beside ours.
+        operator_values["replicaCount"] = 0
+    values = {"operator": operator_values} if operator_values else {}
     install = helm_install(cluster, release, f"{release}-system", values=values,
                            workdir=workdir)
     server = RedisServer("--maxmemory-policy", "noeviction").start()
@@ -89,6 +93,8 @@ def serve(cluster: Cluster, mode: str, workdir: Path) -> Iterator[Served]:
         workdir / "operator.log", install.operator_args())
     try:
         operator.start()
+        # kopf logs this once the token has been accepted (it fails loudly otherwise).
+        operator.wait_for_log("Initial authentication has finished", timeout_s=30)
         cluster.kubectl("create", "secret", "generic", "redis-url", "-n", namespace,
                         f"--from-literal=url={server.url}")
         yield Served(cluster, install, operator, namespace, server)
