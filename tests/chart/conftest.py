@@ -1,4 +1,4 @@
-"""Chart fixtures: helm itself, the chart rendered once per variant, the chart's CRDs.
+"""Chart fixtures: helm itself, and the chart rendered once per variant.
 
 A missing helm FAILS the tests with the command that fetches it, rather than skipping them:
 a chart that was never rendered must not pass as "skipped".
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .helm_runner import CHART_DIR, VARIANTS, Manifest, Rendering, find_helm, load_crds, render
+from .helm_runner import VARIANTS, Rendering, find_helm, render
 
 
 @pytest.fixture(scope="session")
@@ -51,8 +51,3 @@ def rendered(
         return cache[key]
 
     return _render
-
-
-@pytest.fixture(scope="session")
-def chart_crds() -> dict[str, Manifest]:
-    return load_crds(CHART_DIR / "crds")

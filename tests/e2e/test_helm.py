@@ -11,15 +11,21 @@ Aspects covered:
   (asked of the API server's authoriser with ``kubectl auth can-i``); the namespaces must exist
   first, and the install says so when one does not;
 * ``kubectl apply -f crds/`` then ``helm upgrade`` with other values is accepted and takes
-  effect; ``helm uninstall`` removes every object of the release and keeps the CRDs.
+  effect; ``helm uninstall`` removes every object of the release and keeps the CRDs;
+* every value variant the chart tests render (tests/chart/helm_runner.py) is accepted by the
+  API server as a whole (``kubectl apply --dry-run=server``: schemas, CEL rules, RBAC objects).
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from chart.helm_runner import VARIANTS
 from redis_servers import wait_until
 
 from .cluster import Cluster
@@ -91,8 +97,35 @@ def test_install_upgrade_uninstall_with_defaults(cluster: Cluster, crds: None,
     assert install.service_account == "antre"
 
 
+@pytest.fixture(scope="module")
+def two_namespaces(cluster: Cluster) -> Iterator[list[str]]:
+    names = [cluster.create_namespace("variant-a"), cluster.create_namespace("variant-b")]
+    cluster.kubectl("apply", "-f", "charts/antre/crds/kopf.dev-peerings.yaml")
+    yield names
+    for name in names:
+        cluster.delete_namespace(name)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_chart_variant_is_accepted_by_the_api_server(
+        cluster: Cluster, crds: None, two_namespaces: list[str], variant: str,
+        tmp_path: Path) -> None:
+    values = copy.deepcopy(VARIANTS[variant])
+    operator = values.get("operator") or {}
+    if operator.get("watchNamespaces"):  # namespaces that exist here
+        operator["watchNamespaces"] = two_namespaces[:len(operator["watchNamespaces"])]
+    namespace = two_namespaces[0]
+    rendered = cluster.helm("template", f"v-{variant}", "charts/antre", "--namespace",
+                            namespace, *values_file(tmp_path, values)).stdout
+    result = cluster.kubectl("apply", "--dry-run=server", "-f", "-",
+                             input=rendered, check=False)
+    assert result.returncode == 0, result.stderr
+    objects = [doc for doc in yaml.safe_load_all(rendered) if doc]
+    assert len(result.stdout.splitlines()) == len(objects), result.stdout
+
+
 @pytest.fixture
-def watched(cluster: Cluster) -> list[str]:
+def watched(cluster: Cluster) -> Iterator[list[str]]:
     names = [cluster.create_namespace("team-a"), cluster.create_namespace("team-b")]
     yield names
     for name in names:

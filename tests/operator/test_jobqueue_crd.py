@@ -2,8 +2,9 @@
 
 What the API server does with the CRD (structural schema, defaults, CEL rules, refusing bad
 JobQueues with the field named) is tested against a real API server in tests/e2e/test_crd.py;
-these checks need no server: names, subresources and printer columns match ``settings``, and
-the CEL rules for the reaper schedule use the operator's own patterns.
+these checks need no server: the names match ``settings``, the status has no defaults, and the
+CEL rules for the reaper schedule use the operator's own patterns. The /scale subresource and
+the printer columns are exercised with kubectl in tests/e2e/test_operator_journeys.py.
 """
 
 from __future__ import annotations
@@ -23,22 +24,6 @@ def test_names_scope_and_version(crd: dict[str, Any]) -> None:
     [version] = crd["spec"]["versions"]
     assert version["name"] == settings.VERSION
     assert version["served"] and version["storage"]
-
-
-def test_status_and_scale_subresources(crd: dict[str, Any]) -> None:
-    sub = crd["spec"]["versions"][0]["subresources"]
-    assert sub["status"] == {}
-    assert sub["scale"] == {"specReplicasPath": ".spec.replicas",
-                            "statusReplicasPath": ".status.replicas",
-                            "labelSelectorPath": ".status.selector"}
-
-
-def test_printer_columns(crd: dict[str, Any]) -> None:
-    columns = {c["name"]: c for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
-    for name in ("Ready", "Desired", "Backlog", "Processing", "Dead", "Age"):
-        assert name in columns
-    assert columns["Age"]["type"] == "date"
-    assert columns["Backlog"]["jsonPath"] == ".status.backlog"
 
 
 def test_no_default_on_status(crd_schema: dict[str, Any]) -> None:
