@@ -270,10 +270,9 @@ class ControlPlane:
         return self
 
     def stop(self) -> None:
-        """Stop every component by pid, the last started first."""
+        """Stop every component by pid, the last started first (again: a no-op)."""
         for process in reversed(self.processes):
             process.stop(timeout_s=15)
-        self.processes.clear()
 
     def environment(self) -> dict[str, str]:
         """Environment for kubectl, helm and the operator: the admin kubeconfig, nothing else."""
