@@ -307,7 +307,7 @@ def render_api_deployment(jq: spec.JobQueueSpec, owner_uid: str) -> Manifest:
         "image": jq.worker.image,
         "imagePullPolicy": jq.worker.image_pull_policy,
         "command": ["antre"],
-        "args": ["api", "--port", str(settings.API_CONTAINER_PORT)],
+        "args": ["api", "--port", str(settings.API_CONTAINER_PORT), *_dashboard_args(jq.api)],
         # The API stamps max_attempts into every job it enqueues.
         "env": [*_redis_env(jq), _secret_env("ANTRE_API_TOKEN", jq.api.token_secret),
                 *fields.env_entries(QueueSettings, {"max_attempts": jq.worker.max_attempts})],
@@ -328,6 +328,13 @@ def render_api_deployment(jq: spec.JobQueueSpec, owner_uid: str) -> Manifest:
             "template": _pod_template(jq.name, "api", jq.worker, pod),
         },
     }
+
+
+def _dashboard_args(api: spec.ApiSpec) -> list[str]:
+    """``antre api`` serves the dashboard (read-only on request) under /ui of the same port."""
+    if not api.dashboard:
+        return []
+    return ["--dashboard-read-only" if api.dashboard_read_only else "--dashboard"]
 
 
 def render_api_service(jq: spec.JobQueueSpec, owner_uid: str) -> Manifest:

@@ -152,6 +152,10 @@ class ApiSpec:
     port: int
     token_secret: SecretKeyRef | None
     resources: Mapping[str, Any]
+    dashboard: bool = False
+    """spec.api.dashboard.enabled: the web dashboard under /ui, signed in with the API token."""
+    dashboard_read_only: bool = False
+    """spec.api.dashboard.readOnly: the dashboard shows everything and changes nothing."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -469,6 +473,7 @@ def _parse_api(spec: Mapping[str, Any]) -> ApiSpec:
                           "without a bearer token")
     service_type = _str(section, "serviceType", path, default="ClusterIP", choices=SERVICE_TYPES)
     assert service_type is not None
+    dashboard = _section(section, "dashboard", path)
     return ApiSpec(
         enabled=enabled,
         replicas=_int(section, "replicas", path, default=1, minimum=1, maximum=100),
@@ -476,6 +481,8 @@ def _parse_api(spec: Mapping[str, Any]) -> ApiSpec:
         port=_int(section, "port", path, default=80, minimum=1, maximum=65535),
         token_secret=token_secret,
         resources=_mapping(section, "resources", path) or settings.DEFAULT_API_RESOURCES,
+        dashboard=_bool(dashboard, "enabled", f"{path}.dashboard", default=False),
+        dashboard_read_only=_bool(dashboard, "readOnly", f"{path}.dashboard", default=False),
     )
 
 

@@ -69,3 +69,15 @@ def test_notes_show_how_to_run_a_job_on_the_example(helm: str, tmp_path: Path) -
     own = {"redis": {"enabled": True}, "exampleJobQueue": {
         "enabled": True, "spec": {"worker": {"handlers": "myapp.jobs", "image": "mine:1"}}}}
     assert "antre enqueue" not in notes(helm, tmp_path, own)  # not for handlers we do not know
+
+
+def test_notes_show_how_to_open_the_dashboard(helm: str, tmp_path: Path) -> None:
+    example = {"enabled": True, "spec": {"worker": {"handlers": "antre.example_handlers"},
+                                         "api": {"enabled": True, "dashboard": {"enabled": True}}}}
+    text = notes(helm, tmp_path, {"redis": {"enabled": True}, "exampleJobQueue": example})
+    assert "kubectl --namespace antre-system port-forward svc/example-api 8080:80" in text
+    assert "get secret rel-antre-example-api-token -o jsonpath='{.data.token}'" in text
+    assert "http://127.0.0.1:8080/ui/" in text
+    example["spec"]["api"]["dashboard"]["enabled"] = False
+    assert "port-forward" not in notes(helm, tmp_path, {"redis": {"enabled": True},
+                                                         "exampleJobQueue": example})

@@ -163,6 +163,20 @@ def test_api_children() -> None:
     assert children.absent == ()
 
 
+@pytest.mark.parametrize(("dashboard", "args"), [
+    pytest.param({}, [], id="off"),
+    pytest.param({"enabled": True}, ["--dashboard"], id="on"),
+    pytest.param({"enabled": True, "readOnly": True}, ["--dashboard-read-only"], id="read-only"),
+    pytest.param({"readOnly": True}, [], id="read-only-but-off"),
+])
+def test_api_dashboard_flags(dashboard: dict[str, Any], args: list[str]) -> None:
+    jq = parse(sample(MINIMAL, api={"enabled": True, "tokenSecretRef": {"name": "tok"},
+                                    "dashboard": dashboard}))
+    api = next(m for m in rendering.render_children(jq, OWNER_UID, replicas=1).present
+               if m["kind"] == "Deployment" and m["metadata"]["name"] == "emails-api")
+    assert pod_specs(api)["containers"][0]["args"] == ["api", "--port", "8080", *args]  # type: ignore[index]
+
+
 def test_api_disabled_is_absent() -> None:
     children = rendering.render_children(parse(MINIMAL), OWNER_UID, replicas=1)
     assert children.absent == (("Deployment", "emails-api"), ("Service", "emails-api"))
