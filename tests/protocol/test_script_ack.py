@@ -7,6 +7,7 @@ from antre import errors
 from antre.client import Queue
 from antre.protocol import scripts
 from antre.protocol.ack import ack_op
+from antre.protocol.claim import claim_op
 from antre.settings import QueueSettings
 from invariants import assert_invariants
 from protocol_state import dump, run_fresh, seed_job, server_ms
@@ -146,3 +147,20 @@ def test_a_late_ack_of_a_last_attempt_ends_done_not_dead(redis_client, qs, reape
     assert "after its lease expired" in Queue(redis_client, settings=qs).get("a").history[-1].error
     assert state["idem"] == {"k": "a|done"}
     assert_invariants(redis_client, qs)
+
+
+@pytest.mark.parametrize("done_ttl_s", [pytest.param(600, id="record-kept"),
+                                        pytest.param(0, id="no-record-kept")])
+def test_the_done_key_keeps_its_digest(redis_client, ws, done_ttl_s):
+    """After the job succeeded its key still tells a retry (duplicate, returns the job) from
+    another request reusing it (a conflict)."""
+    qs = QueueSettings(name="q", done_ttl_s=done_ttl_s)
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("t", {"n": 1}, idempotency_key="k").job_id
+    digest = redis_client.hget(qs.keys.job(job_id), "idempotency_digest")
+    [job] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
+    assert ack(redis_client, qs, [(job.id, job.lease)]) == [True]
+    assert redis_client.get(qs.keys.idempotency("k")) == f"{job_id}|{digest}|done"
+    assert queue.enqueue("t", {"n": 1}, idempotency_key="k").created is False
+    with pytest.raises(errors.IdempotencyConflict):
+        queue.enqueue("t", {"n": 2}, idempotency_key="k")

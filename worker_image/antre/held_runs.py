@@ -29,6 +29,9 @@ class HeldRuns:
         #: How long a renewal (or the claim) keeps a lease, less the margin.
         self.trusted_s = lease_s - max(lease_s * DEADLINE_MARGIN, 0.1)
         self._runs: dict[str, Run] = {}
+        # One timer, at the earliest deadline of the runs held; it holds no run, so a settled
+        # run is garbage at once.
+        self._timer: asyncio.TimerHandle | None = None
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -38,21 +41,25 @@ class HeldRuns:
 
     def add(self, runs: Sequence[Run], *, claim_sent_at: float) -> None:
         """Newly claimed runs; ``claim_sent_at`` (monotonic) is when the claim call was sent."""
+        expires_at = claim_sent_at + self.trusted_s
         for run in runs:
             previous = self._runs.get(run.claimed.id)
             if previous is not None:  # a newer lease of a job we still run: the old run is lost
                 self.lose(run.claimed.id, previous.claimed.lease, "re-claimed under a newer lease")
             self._runs[run.claimed.id] = run
-        self._set_deadline(runs, claim_sent_at + self.trusted_s)
+            run.expires_at = expires_at
+        if runs:
+            self._wake_at(expires_at)
 
     def renewed(self, leases: Sequence[Lease], *, sent_at: float) -> None:
         """The heartbeat sent at ``sent_at`` (monotonic) extended ``leases``."""
-        runs = []
+        expires_at = sent_at + self.trusted_s
         for job_id, token in leases:
             run = self._runs.get(job_id)
             if run is not None and run.claimed.lease == token:
-                runs.append(run)
-        self._set_deadline(runs, sent_at + self.trusted_s)
+                run.expires_at = max(run.expires_at, expires_at)
+        if leases:
+            self._wake_at(expires_at)
 
     def forget(self, run: Run) -> None:
         """The run's settle call returned: the lease is no longer this worker's to keep."""
@@ -79,19 +86,21 @@ class HeldRuns:
         self.forget(run)
         self.outcomes.record(run, "lease_lost", error=reason)
 
-    def _set_deadline(self, runs: Sequence[Run], expires_at: float) -> None:
-        # One timer per claim or renewal, not per run: when it fires, each of its runs still
-        # held and not renewed since is abandoned.
-        moved = [run for run in runs if expires_at > run.expires_at]
-        for run in moved:
-            run.expires_at = expires_at
-        if moved:
-            asyncio.get_running_loop().call_at(expires_at, self._expired, moved)
+    def _wake_at(self, when: float) -> None:
+        if self._timer is None or when < self._timer.when():
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = asyncio.get_running_loop().call_at(when, self._check_deadlines)
 
-    def _expired(self, runs: list[Run]) -> None:
-        now = asyncio.get_running_loop().time()
-        for run in runs:
-            # The loop runs a timer up to its clock resolution early.
-            if run.expires_at <= now + 0.001 and self._runs.get(run.claimed.id) is run:
-                self.lose(run.claimed.id, run.claimed.lease,
-                          "lease not renewed before its deadline (Redis unreachable?); run abandoned")
+    def _check_deadlines(self) -> None:
+        """Abandons the runs whose deadline passed; sleeps until the next one."""
+        self._timer = None
+        # The loop runs a timer up to its clock resolution early.
+        now = asyncio.get_running_loop().time() + 0.001
+        upcoming = [run.expires_at for run in self._runs.values()
+                    if not run.settling and run.expires_at > now]
+        for run in [run for run in self._runs.values() if run.expires_at <= now]:
+            self.lose(run.claimed.id, run.claimed.lease,
+                      "lease not renewed before its deadline (Redis unreachable?); run abandoned")
+        if upcoming:
+            self._wake_at(min(upcoming))

@@ -35,15 +35,16 @@ local deadlines = zmscore_all(processing_key, ids)
 local settled, expired, late, removed = {}, {}, {}, {}
 for j, id in ipairs(ids) do
   local lease = leases[j]
-  local f = read_fields(job_prefix .. id, 'status', 'lease', 'worker', 'resource_key',
-    'idempotency_key', 'events', 'attempt', 'outcome', 'max_attempts', 'expired_lease',
-    'idempotency_digest')
+  local job_key = job_prefix .. id
+  local f = read_fields(job_key, 'status', 'lease', 'worker', 'resource_key', 'idempotency_key',
+    'events', 'attempt', 'outcome')
   local ours = f[2] == lease and f[3] == worker
   local ok = 0
   if ours and f[1] == 'processing' then
     local deadline = deadlines[j] and tonumber(deadlines[j])
     if deadline and deadline < now then
       -- Not trusted as held any more: the lease is treated as the reaper would treat it.
+      f[9] = read_fields(job_key, 'max_attempts')[1]
       expired[#expired + 1] = {j, id, lease, f}
       removed[#removed + 1] = id
     elseif lease_held(f, id, lease, worker, deadline, now, lock_prefix) then
@@ -53,7 +54,7 @@ for j, id in ipairs(ids) do
     end
   elseif ours and f[1] == 'done' and f[8] == 'succeeded' then
     ok = 1  -- a retried ack whose first reply was lost
-  elseif ours and f[1] == 'dead' and f[10] == lease then
+  elseif ours and f[1] == 'dead' and read_fields(job_key, 'expired_lease')[1] == lease then
     late[#late + 1] = {j, id, lease, f}  -- its last attempt expired; this ack says it finished
     removed[#removed + 1] = id
     ok = 1
@@ -69,6 +70,7 @@ zrem_all(processing_key, removed)
 
 local function settle_done(id, lease, f, note)
   local job_key = job_prefix .. id
+  local digest = f[5] and read_fields(job_key, 'idempotency_digest')[1]
   if done_ttl_ms > 0 then
     local n, hfield, hvalue = history_entry(f[6], 'acked', now, f[7], worker, note)
     redis.call('HSET', job_key, 'status', 'done', 'outcome', 'succeeded', 'updated_at', now,
@@ -82,7 +84,7 @@ local function settle_done(id, lease, f, note)
     redis.call('PEXPIRE', job_key, stub_ttl_ms)
   end
   if f[5] then
-    redis.call('SET', idem_prefix .. f[5], marker_text(id, f[11], true), 'PX', idem_done_ttl_ms)
+    redis.call('SET', idem_prefix .. f[5], marker_text(id, digest, true), 'PX', idem_done_ttl_ms)
   end
 end
 
