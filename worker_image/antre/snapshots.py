@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import redis
 
@@ -31,6 +31,8 @@ from antre.protocol.depth import Depth, depth_op
 from antre.protocol.scripts import Op
 from antre.protocol.workers import WorkerRegistry, workers_op
 from antre.settings import QueueSettings
+
+T = TypeVar("T")
 
 #: Entries read per section: enough for one screen and for grouping, bounded for big queues.
 READ_LIMIT: Final = 50
@@ -85,9 +87,52 @@ class _EvictionWarning:
 _Step = Op[Any] | _Pipeline | _Scan | _Pause | _EvictionWarning
 _Reader = Generator[_Step, Any, Snapshot]
 
+DeadKey = tuple[str, float]
+"""A dead letter as its ZSET member and score (the microsecond it died): a job that is replayed
+and dies again has a new score, so its details are read again."""
+
+
+class DeadCache(dict[DeadKey, findings.DeadJob]):
+    """The details of the dead jobs last read, so a reader that polls (``antre top``, the
+    dashboard) reads only the dead letters it has not seen. Each read replaces the content with
+    exactly the jobs it returned, so the cache never outgrows one read."""
+
+
+def _dead_calls(k: Any, pairs: list[tuple[str, float]],
+                known: DeadCache | None) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+    return [_call("hmget", k.job(job_id), "type", "last_error", "died_at")
+            for job_id, score in pairs if known is None or (job_id, score) not in known]
+
+
+def _dead_jobs(pairs: list[tuple[str, float]], replies: Any,
+               known: DeadCache | None) -> list[findings.DeadJob]:
+    """The dead jobs of ``pairs`` (newest first): known ones from the cache, the others from
+    their HMGET replies, in order; the cache then holds exactly these."""
+    jobs = []
+    for job_id, score in pairs:
+        job = known.get((job_id, score)) if known is not None else None
+        if job is None:
+            job_type, last_error, died_at = next(replies)
+            job = findings.DeadJob(job_id=job_id, job_type=job_type or "?",
+                                   last_error=last_error or "", died_at_ms=_int(died_at))
+        jobs.append(job)
+    if known is not None:
+        known.clear()
+        known.update(zip(pairs, jobs, strict=True))
+    return jobs
+
+
+def _dead_reads(settings: QueueSettings, limit: int,
+                known: DeadCache | None) -> Generator[_Step, Any, list[findings.DeadJob]]:
+    k = settings.keys
+    [pairs] = yield _Pipeline((_call("zrevrange", k.dead, 0, limit - 1, withscores=True),))
+    calls = _dead_calls(k, pairs, known)
+    replies = iter((yield _Pipeline(calls)) if calls else ())
+    return _dead_jobs(pairs, replies, known)
+
 
 def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | None,
-           sample_gap_s: float) -> _Reader:
+           sample_gap_s: float, known_dead: DeadCache | None = None) -> _Reader:
     if before is None:
         before = yield depth_op(settings)
         if sample_gap_s > 0:
@@ -95,13 +140,13 @@ def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | N
     after: Depth = yield depth_op(settings)
     k, now = settings.keys, after.now_ms
     overdue_cutoff = now - int(thresholds.overdue_after_s * 1000)
-    expired, overdue_total, overdue, dead_ids, running = yield _Pipeline((
+    expired, overdue_total, overdue, dead_pairs, running = yield _Pipeline((
         _call("zrangebyscore", k.processing, "-inf", now, start=0, num=READ_LIMIT,
               withscores=True),
         _call("zcount", k.retry, "-inf", overdue_cutoff),
         _call("zrangebyscore", k.retry, "-inf", overdue_cutoff, start=0, num=READ_LIMIT,
               withscores=True),
-        _call("zrevrange", k.dead, 0, DEAD_READ_LIMIT - 1),
+        _call("zrevrange", k.dead, 0, DEAD_READ_LIMIT - 1, withscores=True),
         _call("zrange", k.processing, 0, RUNNING_READ_LIMIT - 1),
     ))
     scanned_keys, scan_complete = yield _Scan(k.lock_prefix + "*")
@@ -109,8 +154,7 @@ def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | N
     calls = [_call("hmget", k.job(job_id), "type", "worker", "attempt") for job_id, _ in expired]
     calls += [_call("hmget", k.job(job_id), "type", "attempt", "last_error")
               for job_id, _ in overdue]
-    calls += [_call("hmget", k.job(job_id), "type", "last_error", "died_at")
-              for job_id in dead_ids]
+    calls += _dead_calls(k, dead_pairs, known_dead)
     calls += [_call("hget", k.job(job_id), "resource_key") for job_id in running]
     replies = iter((yield _Pipeline(calls)) if calls else ())
 
@@ -126,11 +170,7 @@ def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | N
         retries.append(findings.OverdueRetry(
             job_id=job_id, job_type=job_type or "?", attempt=_int(attempt),
             overdue_s=max(now - due, 0) / 1000, last_error=last_error or ""))
-    dead = []
-    for job_id in dead_ids:
-        job_type, last_error, died_at = next(replies)
-        dead.append(findings.DeadJob(job_id=job_id, job_type=job_type or "?",
-                                     last_error=last_error or "", died_at_ms=_int(died_at)))
+    dead = _dead_jobs(dead_pairs, replies, known_dead)
     # The locks running jobs hold, found through their records, then whatever SCAN added.
     lock_keys = list(dict.fromkeys(
         [k.resource_lock(resource) for resource in (next(replies) for _ in running)
@@ -176,13 +216,9 @@ def _is_cluster(client: Any) -> bool:
 
 # -- the two drivers -------------------------------------------------------------------------------
 
-def read_snapshot(queue: Queue, *, sample_gap_s: float = 1.0, thresholds: Thresholds | None = None,
-                  before: Depth | None = None, sleep: Callable[[float], None] = time.sleep) -> Snapshot:
-    """Reads the queue's state. The trend compares ``before`` (or a first reading taken
-    ``sample_gap_s`` earlier) with the current depth."""
-    client = queue.redis
-    reader = _reads(queue.settings, thresholds=thresholds or Thresholds(), before=before,
-                    sample_gap_s=sample_gap_s)
+def _run(client: Any, reader: Generator[_Step, Any, T],
+         sleep: Callable[[float], None] = time.sleep) -> T:
+    """Runs a reader on a sync client (``redis.Redis`` or its cluster twin)."""
     reply: Any = None
     while True:
         try:
@@ -208,13 +244,9 @@ def read_snapshot(queue: Queue, *, sample_gap_s: float = 1.0, thresholds: Thresh
                 reply = None
 
 
-async def read_snapshot_async(queue: AsyncQueue, *, thresholds: Thresholds | None = None,
-                              before: Depth | None = None) -> Snapshot:
-    """:func:`read_snapshot` on an asyncio client, without a pause: the trend compares with
-    ``before`` (or a sample taken just before, a zero trend)."""
-    client = queue.redis
-    reader = _reads(queue.settings, thresholds=thresholds or Thresholds(), before=before,
-                    sample_gap_s=0)
+async def _run_async(client: Any, reader: Generator[_Step, Any, T]) -> T:
+    """Runs a reader on an asyncio client; a pause step does not wait (callers pass the
+    sample to compare with)."""
     reply: Any = None
     while True:
         try:
@@ -237,6 +269,34 @@ async def read_snapshot_async(queue: AsyncQueue, *, thresholds: Thresholds | Non
                 reply = await redis_checks.eviction_policy_warning(client)
             except redis.ResponseError:
                 reply = None
+
+
+def read_snapshot(queue: Queue, *, sample_gap_s: float = 1.0, thresholds: Thresholds | None = None,
+                  before: Depth | None = None, sleep: Callable[[float], None] = time.sleep,
+                  known_dead: DeadCache | None = None) -> Snapshot:
+    """Reads the queue's state. The trend compares ``before`` (or a first reading taken
+    ``sample_gap_s`` earlier) with the current depth. A caller that reads again and again
+    passes the same ``known_dead`` each time (see :class:`DeadCache`)."""
+    return _run(queue.redis, _reads(queue.settings, thresholds=thresholds or Thresholds(),
+                                    before=before, sample_gap_s=sample_gap_s,
+                                    known_dead=known_dead), sleep)
+
+
+async def read_snapshot_async(queue: AsyncQueue, *, thresholds: Thresholds | None = None,
+                              before: Depth | None = None,
+                              known_dead: DeadCache | None = None) -> Snapshot:
+    """:func:`read_snapshot` on an asyncio client, without a pause: the trend compares with
+    ``before`` (or a sample taken just before, a zero trend)."""
+    return await _run_async(queue.redis, _reads(
+        queue.settings, thresholds=thresholds or Thresholds(), before=before, sample_gap_s=0,
+        known_dead=known_dead))
+
+
+async def read_dead_jobs_async(queue: AsyncQueue, *, limit: int,
+                               known_dead: DeadCache | None = None) -> list[findings.DeadJob]:
+    """The newest ``limit`` dead jobs, read as the snapshot reads them (for a wider window than
+    :data:`DEAD_READ_LIMIT`, as the dashboard's dead-letter page groups)."""
+    return await _run_async(queue.redis, _dead_reads(queue.settings, limit, known_dead))
 
 
 def _scan(client: Any, step: _Scan) -> tuple[list[str], bool]:

@@ -16,7 +16,7 @@ from antre import errors, findings
 from antre.commands import Command, json_flag, open_queue
 from antre.findings import Severity, Thresholds
 from antre.protocol.depth import Depth
-from antre.snapshots import read_snapshot
+from antre.snapshots import DeadCache, read_snapshot
 
 #: The thresholds' flags: (flag, field of Thresholds, help).
 THRESHOLD_FLAGS: Final = (
@@ -116,12 +116,13 @@ def run_top(args: argparse.Namespace) -> int:
     queue = open_queue(args)
     interactive = sys.stdout.isatty()
     before: Depth | None = None
+    known_dead = DeadCache()  # each refresh reads only the dead letters it has not seen
     shown = 0
     while True:
         # The first screen compares two samples --sample-gap apart; later ones compare with the
         # previous screen, so the trend covers one refresh interval.
         snapshot = read_snapshot(queue, sample_gap_s=args.sample_gap, thresholds=thresholds,
-                                 before=before)
+                                 before=before, known_dead=known_dead)
         screen = findings.render(snapshot, findings.diagnose(snapshot, thresholds),
                                    thresholds=thresholds, rows=args.rows)
         if interactive:

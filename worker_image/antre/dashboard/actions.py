@@ -76,7 +76,7 @@ async def _group_ids(queue: AsyncQueue, group: str, scan_value: object) -> list[
     scan = int(scan_value) if isinstance(scan_value, str) and scan_value.isdigit() \
         and len(scan_value) < 7 else reading.DEFAULT_GROUP_SCAN
     depth = await queue.stats()
-    groups = await reading.read_dead_groups(queue, depth, scan=scan)
+    groups = await reading.read_dead_groups(queue, depth, scan=scan)  # fresh: what runs now
     for error, ids in groups.ids_by_error.items():
         if pages.group_key(error) == group:
             return ids

@@ -123,7 +123,8 @@ async def dead_page(request: web.Request) -> web.StreamResponse:
         raise PageError(503, "Redis is unavailable", dashboard.monitor.readings.errors.get(
             queue.name, "The queue could not be read."), back=dashboard.url("/"))
     scan = await reading.read_dead_groups(
-        queue, depth, scan=_int_param(request, "scan", reading.DEFAULT_GROUP_SCAN))
+        queue, depth, scan=_int_param(request, "scan", reading.DEFAULT_GROUP_SCAN),
+        known_dead=dashboard.page_dead[queue.name])
     window = await reading.read_window(queue, reading.State.DEAD,
                                        page=_int_param(request, "page", 1), total=depth.dead)
     base = dashboard.url(f"/queues/{queue.name}/dead")

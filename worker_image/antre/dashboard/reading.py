@@ -14,9 +14,9 @@ import json
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final
+from typing import Final
 
-from antre import findings
+from antre import findings, snapshots
 from antre.client import AsyncQueue
 from antre.jobs import JobInfo
 from antre.protocol.depth import Depth
@@ -223,29 +223,15 @@ class DeadScan:
 
 
 async def read_dead_groups(queue: AsyncQueue, depth: Depth, *,
-                           scan: int = DEFAULT_GROUP_SCAN) -> DeadScan:
-    """Groups the newest ``scan`` dead jobs (one ZREVRANGE, one pipeline of HMGETs)."""
+                           scan: int = DEFAULT_GROUP_SCAN,
+                           known_dead: snapshots.DeadCache | None = None) -> DeadScan:
+    """Groups the newest ``scan`` dead jobs, read by the snapshot reader's own code (one
+    ZREVRANGE, then HMGETs of the ones ``known_dead`` does not hold)."""
     scan = min(max(scan, 1), MAX_GROUP_SCAN)
-    k, redis_client = queue.keys, queue.redis
-    ids = await redis_client.zrevrange(k.dead, 0, scan - 1)
-    pipe = redis_client.pipeline(transaction=False)
-    for job_id in ids:
-        pipe.hmget(k.job(job_id), "type", "last_error", "died_at")
-    replies = await pipe.execute() if ids else []
-    dead = [findings.DeadJob(job_id=job_id, job_type=job_type or "?", last_error=error or "",
-                             died_at_ms=_int(died_at))
-            for job_id, (job_type, error, died_at) in zip(ids, replies, strict=True)]
+    dead = await snapshots.read_dead_jobs_async(queue, limit=scan, known_dead=known_dead)
     snapshot = findings.Snapshot(queue=queue.name, before=depth, after=depth, dead_jobs=dead)
     ids_by_error: dict[str, list[str]] = {}
     for job in dead:
         ids_by_error.setdefault(job.last_error, []).append(job.job_id)
     return DeadScan(groups=findings.group_dead(snapshot), ids_by_error=ids_by_error,
-                    scanned=len(ids), total=depth.dead)
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(float(value))
-    except (TypeError, ValueError, OverflowError):
-        return 0
-
+                    scanned=len(dead), total=depth.dead)

@@ -96,6 +96,10 @@ class Dashboard:
         self.queues = queues
         self.mount = mount
         self.thresholds = Thresholds()
+        #: Dead-letter details already read, per queue: for the health reads (the doctor's
+        #: window) and for the dead-letter page's wider groupings.
+        self.health_dead = {name: snapshots.DeadCache() for name in queues}
+        self.page_dead = {name: snapshots.DeadCache() for name in queues}
         key = sessions.signing_key(token)
         self.signer = sessions.SessionSigner(key, ttl_s=dashboard_settings.session_ttl_s)
         # A pre-login cookie carries the login form's CSRF token; its own key, so it can never
@@ -178,7 +182,7 @@ class Dashboard:
 
     async def read_snapshot(self, name: str, before: Depth | None = None) -> Snapshot:
         return await snapshots.read_snapshot_async(self.queue(name), thresholds=self.thresholds,
-                                                   before=before)
+                                                   before=before, known_dead=self.health_dead[name])
 
     def summary(self, name: str) -> views.QueueSummary:
         readings = self.monitor.readings
