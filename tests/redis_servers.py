@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import redis
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -110,6 +112,36 @@ def running_redis(*extra_args: str, **kwargs: object) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@contextlib.contextmanager
+def replicated_redis(replicas: int = 1) -> Iterator[tuple[RedisServer, list[RedisServer]]]:
+    """A primary and ``replicas`` replicas (no Sentinel), returned once every replica is online;
+    tests pause a replica with ``signal.SIGSTOP`` to hold its confirmations back."""
+    primary = RedisServer("--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0",
+                          "--maxmemory-policy", "noeviction")
+    followers = [RedisServer("--replicaof", "127.0.0.1", str(primary.port))
+                 for _ in range(replicas)]
+    try:
+        primary.start()
+        for follower in followers:
+            follower.start()
+        wait_until(lambda: _online_replicas(primary) == replicas, timeout_s=20,
+                   message=f"{replicas} replica(s) online")
+        yield primary, followers
+    finally:
+        for server in (*followers, primary):
+            if server.process is not None:
+                server.process.send_signal(signal.SIGCONT)
+            server.stop()
+
+
+def _online_replicas(primary: RedisServer) -> int:
+    with redis.Redis(port=primary.port, decode_responses=True, socket_timeout=1.0) as client:
+        info = client.info("replication")
+    return sum(1 for key, value in info.items()
+               if key.startswith("slave") and isinstance(value, dict)
+               and value.get("state") == "online")
 
 
 def child_env() -> dict[str, str]:

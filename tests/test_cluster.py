@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 
+import antre
 import pytest
 import redis
 from antre import HandlerRegistry, Job, Queue, QueueSettings, WorkerSettings, connection
@@ -200,3 +201,20 @@ async def test_worker_drains_jobs_over_the_cluster(
     assert {producer.get(job_id).status for job_id in ids} == {"done"}
     check_invariants(cluster, settings)
     producer.close()
+
+
+async def test_durable_writes_are_refused_on_a_cluster_at_once(cluster: Cluster) -> None:
+    """WAIT must follow the write on its own connection; a cluster pipeline does not promise
+    that, so a durable queue or worker on a cluster is a clear error, not a silent no-op."""
+    durable = QueueSettings(name="dq", durable_replicas=1)
+    client = connection.connect(cluster.url)
+    aclient = connection.connect_async(cluster.url)
+    try:
+        with pytest.raises(antre.InvalidArgument, match="durable_replicas: got 1 with a Redis "
+                                                        "Cluster URL"):
+            Queue(client, settings=durable)
+        with pytest.raises(antre.InvalidArgument, match="durable_replicas"):
+            Worker(aclient, durable, WorkerSettings(), HandlerRegistry())
+    finally:
+        client.close()
+        await aclient.aclose()

@@ -39,7 +39,9 @@ class AntreAdapter:
         self.url = os.environ["BENCH_REDIS_URL"]
 
     def enqueue(self, kind: str, n: int, *, bulk: bool, token: str = "") -> float:
-        queue = antre.Queue.from_url(self.url, QUEUE)
+        # ANTRE_* variables apply as they do to the workers (bench/durable.py sets
+        # ANTRE_DURABLE_REPLICAS); unset, these are the defaults.
+        queue = antre.Queue.from_url(self.url, settings=antre.QueueSettings.from_env(name=QUEUE))
         payload = token or None
         try:
             start = time.perf_counter()

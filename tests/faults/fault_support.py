@@ -83,10 +83,11 @@ def start_worker(name: str, *, redis_url: str, effects_url: str, log_dir: Path, 
                  queue: str = QUEUE, concurrency: int = 4, visibility_timeout_s: float = 1.0,
                  grace_period_s: float = 5.0, reaper_interval_s: float = 0.2,
                  backoff_base_s: float = 0.05, backoff_max_s: float = 0.2,
-                 extra_args: tuple[str, ...] = ()) -> WorkerProcess:
+                 extra_args: tuple[str, ...] = (),
+                 extra_env: dict[str, str] | None = None) -> WorkerProcess:
     """Starts one ``antre worker`` subprocess serving :mod:`fault_handlers`, whose traces go to
     ``effects_url``; its JSON log goes to a file of its own in ``log_dir``."""
-    env = child_env()
+    env = {**child_env(), **(extra_env or {})}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
     env["FAULT_WORKER_NAME"] = name
     env["FAULT_EFFECTS_URL"] = effects_url

@@ -206,6 +206,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             response = _error_response(exc.status, code, exc.reason,
                                        headers={k: v for k, v in exc.headers.items()
                                                 if k.lower() == "allow"})
+    except errors.NotReplicated as exc:
+        # Written on the primary, not confirmed by enough replicas (durable_replicas): the
+        # message names the jobs; a retry with the same idempotency key is safe.
+        log.warning("write not confirmed by the replicas", extra={"path": request.path,
+                                                                   "error": str(exc)})
+        response = _error_response(503, "not_replicated", str(exc),
+                                   headers={"Retry-After": str(state.settings.retry_after_s)})
     except (errors.RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
         log.warning("redis unavailable", extra={"path": request.path, "error": str(exc)})
         response = _error_response(503, "redis_unavailable",

@@ -86,6 +86,7 @@ class _QueueBase:
             raise errors.InvalidArgument(
                 f"queue name: got {name!r} and settings.name {settings.name!r}; give one"
             )
+        scripts.check_durable_client(redis_client, settings)
         self.redis = redis_client
         self.settings = settings
         self.keys = settings.keys
@@ -111,6 +112,19 @@ class _QueueBase:
         return f"{type(self).__name__}({self.settings.name!r}, prefix={self.settings.prefix!r})"
 
 
+def _unconfirmed_enqueue(exc: errors.NotReplicated, written: list[EnqueueResult], *,
+                         single: bool) -> errors.NotReplicated:
+    """The NotReplicated of an enqueue, naming its jobs and what to do; ``result`` is the
+    EnqueueResult (``single``) or every result of the call so far."""
+    batch: list[EnqueueResult] = exc.result  # type: ignore[assignment]
+    results = [*written, *batch]
+    shown = ", ".join(result.job_id for result in batch[:3]) + (" ..." if len(batch) > 3 else "")
+    return errors.NotReplicated(
+        f"{exc} (job {shown}); enqueue again with the same idempotency key to be sure (without "
+        "one, a retry adds a second job)", confirmed=exc.confirmed, wanted=exc.wanted,
+        result=results[0] if single else results)
+
+
 class Queue(_QueueBase):
     """A queue seen from a synchronous producer or an operator's shell."""
 
@@ -132,14 +146,20 @@ class Queue(_QueueBase):
                             headers=headers)
         [op] = enqueue_ops(self.settings, [job])
         self._register()
-        return self._run(op)[0]  # type: ignore[no-any-return]
+        try:
+            return self._run(op)[0]  # type: ignore[no-any-return]
+        except errors.NotReplicated as exc:
+            raise _unconfirmed_enqueue(exc, [], single=True) from None
 
     def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[EnqueueResult]:
         """Adds many jobs, 500 per round trip; all are validated before any is written."""
         results: list[EnqueueResult] = []
         for op in enqueue_ops(self.settings, [to_new_job(spec) for spec in jobs]):
             self._register()
-            results.extend(self._run(op))
+            try:
+                results.extend(self._run(op))
+            except errors.NotReplicated as exc:
+                raise _unconfirmed_enqueue(exc, results, single=False) from None
         return results
 
     def _register(self) -> None:
@@ -223,13 +243,19 @@ class AsyncQueue(_QueueBase):
                             headers=headers)
         [op] = enqueue_ops(self.settings, [job])
         await self._register()
-        return (await self._run(op))[0]  # type: ignore[no-any-return]
+        try:
+            return (await self._run(op))[0]  # type: ignore[no-any-return]
+        except errors.NotReplicated as exc:
+            raise _unconfirmed_enqueue(exc, [], single=True) from None
 
     async def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[EnqueueResult]:
         results: list[EnqueueResult] = []
         for op in enqueue_ops(self.settings, [to_new_job(spec) for spec in jobs]):
             await self._register()
-            results.extend(await self._run(op))
+            try:
+                results.extend(await self._run(op))
+            except errors.NotReplicated as exc:
+                raise _unconfirmed_enqueue(exc, results, single=False) from None
         return results
 
     async def _register(self) -> None:

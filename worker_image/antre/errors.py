@@ -47,6 +47,19 @@ class RedisRefused(RedisUnavailable):
     replica during a failover. Retry later, as for an outage."""
 
 
+class NotReplicated(RedisUnavailable):
+    """A durable write (``QueueSettings.durable_replicas``) is done on the primary but fewer
+    replicas than required confirmed it in time, so a failover now could lose it. Retrying is
+    safe where the write is idempotent (an enqueue with an idempotency key, an ack).
+    ``result`` is what the write returned (the job ids of an enqueue)."""
+
+    def __init__(self, message: str, *, confirmed: int, wanted: int, result: object) -> None:
+        super().__init__(message)
+        self.confirmed = confirmed
+        self.wanted = wanted
+        self.result = result
+
+
 class ProtocolError(AntreError):
     """A script replied with something its wrapper does not understand."""
 

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from antre.protocol.depth import Depth
 from antre.protocol.workers import WorkerEntry
+from antre.topology import Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,10 @@ class Snapshot:
     eviction_warning: str | None = None
     #: Ids of worker registry entries that could not be read (bad JSON, wrong field types).
     bad_worker_entries: Sequence[str] = ()
+    #: The primary and its replicas; None for a Redis Cluster or when INFO is not allowed.
+    topology: Topology | None = None
+    #: The queue's ``durable_replicas``: replicas each durable write waits for.
+    durable_replicas: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +111,9 @@ class Thresholds:
     """Dead-letters within this window before the snapshot count towards a burst."""
     burst_count: int = 10
     """This many dead-letters within the window is a burst."""
+    max_replica_lag_s: float = 10.0
+    """A replica whose last acknowledgement is older than this has stopped following (replicas
+    acknowledge every second)."""
 
 
 class Severity(IntEnum):
@@ -209,6 +217,8 @@ def diagnose(snapshot: Snapshot, thresholds: Thresholds = Thresholds()) -> list[
     after = snapshot.after
     findings: list[Finding] = []
     add = findings.append
+
+    findings.extend(_replication_findings(snapshot, thresholds))
 
     if snapshot.eviction_warning:
         add(Finding(Severity.CRITICAL, "redis_eviction", snapshot.eviction_warning,
@@ -338,6 +348,43 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "~"
 
 
+def _replication_findings(snapshot: Snapshot, thresholds: Thresholds) -> list[Finding]:
+    """Which server is the primary and how its replicas follow; nothing for a single server
+    without replicas reached directly (nothing to report)."""
+    topology = snapshot.topology
+    if topology is None:
+        return []
+    found = []
+    if topology.role != "master":
+        found.append(Finding(
+            Severity.CRITICAL, "redis_not_primary",
+            f"the client is connected to {topology.primary}, a {topology.role}: every write "
+            "fails (READONLY)", "point the URL at the primary, or at the Sentinels with "
+            "redis+sentinel://host:26379/<service> so a failover is followed"))
+    online = topology.online
+    if snapshot.durable_replicas > online:
+        found.append(Finding(
+            Severity.CRITICAL, "durable_writes_blocked",
+            f"durable_replicas is {snapshot.durable_replicas} but {online} replica(s) are "
+            "online: durable enqueues fail with NotReplicated and workers give their claims back",
+            "bring the replicas back (check their pods and the primary's replication link), or "
+            "lower ANTRE_DURABLE_REPLICAS for the producers and workers of this queue"))
+    lagging = [r for r in topology.replicas
+               if r.state != "online" or r.lag_s > thresholds.max_replica_lag_s]
+    if lagging:
+        found.append(Finding(
+            Severity.WARNING, "replica_lag",
+            "replica(s) not following the primary: " + "; ".join(
+                f"{r.address} {r.state}, last acknowledged {r.lag_s} s ago, {r.behind_bytes} "
+                "bytes behind" for r in lagging),
+            "a failover now could promote a replica without the latest writes: check the "
+            "replicas' logs and the network between them and the primary"))
+    if topology.replicas or topology.sentinel_service:
+        found.append(Finding(Severity.INFO, "redis_replication", topology.describe(),
+                             "none"))
+    return found
+
+
 def render(snapshot: Snapshot, findings: Sequence[Finding] | None = None, *,
            thresholds: Thresholds = Thresholds(), rows: int = 5, width: int = 100) -> str:
     """The one-screen view: each section shows at most ``rows`` lines."""
@@ -358,6 +405,9 @@ def render(snapshot: Snapshot, findings: Sequence[Finding] | None = None, *,
     lines.append(_cut(f"  backlog {after.backlog}   oldest ready {_s(after.oldest_ready_age_s)}   "
                       + "  ".join(f"{k}={v}" for k, v in sorted(after.counters.items())),
                       width).rstrip())
+    if snapshot.topology is not None:
+        lines.extend(textwrap.wrap(f"redis: {snapshot.topology.describe()}", width,
+                                   initial_indent="  ", subsequent_indent="    "))
 
     def section(title: str, count: int, body: list[str]) -> None:
         lines.append(f"{title} ({count})" if count else f"{title}: none")
@@ -427,6 +477,9 @@ def to_dict(snapshot: Snapshot, findings: Sequence[Finding], *,
         "workers": [{**vars_of(w), "beat_age_s": w.beat_age_s} for w in snapshot.workers],
         "eviction_warning": snapshot.eviction_warning,
         "bad_worker_entries": list(snapshot.bad_worker_entries),
+        "redis": None if snapshot.topology is None else {
+            **vars_of(snapshot.topology),
+            "replicas": [vars_of(r) for r in snapshot.topology.replicas]},
         "findings": [f.to_dict() for f in findings],
     }
 

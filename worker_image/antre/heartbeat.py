@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from antre.errors import NotReplicated
 from antre.handler_threads import HandlerThreads
 from antre.held_runs import HeldRuns
 from antre.metrics import WorkerMetrics
@@ -43,13 +44,22 @@ class Heartbeat:
         leases = self.held.leases()
         kept = self.threads.kept_locks()
         sent_at = time.monotonic()
-        result = await scripts.run_async(self.redis, extend_lease_op(
-            self.queue, leases, lease_ms=self.settings.lease_ms, worker_id=self.worker_id,
-            registry_entry_json=json.dumps(self.registry_entry(), separators=(",", ":")),
-            registry_ttl_ms=self.registry_ttl_ms, kept_locks=kept,
-        ))
+        unconfirmed: NotReplicated | None = None
+        try:
+            result = await scripts.run_async(self.redis, extend_lease_op(
+                self.queue, leases, lease_ms=self.settings.lease_ms, worker_id=self.worker_id,
+                registry_entry_json=json.dumps(self.registry_entry(), separators=(",", ":")),
+                registry_ttl_ms=self.registry_ttl_ms, kept_locks=kept,
+            ))
+        except NotReplicated as exc:
+            # Too few replicas have the renewal (durable_replicas): a failover could undo it,
+            # so the runs keep the deadline of their last confirmed renewal. Losses it found
+            # still count.
+            assert isinstance(exc.result, ExtendResult)
+            result, unconfirmed = exc.result, exc
         renewed = [lease for lease, held in zip(leases, result.held, strict=True) if held]
-        self.held.renewed(renewed, sent_at=sent_at)
+        if unconfirmed is None:
+            self.held.renewed(renewed, sent_at=sent_at)
         for (job_id, token), held in zip(leases, result.held, strict=True):
             if not held:
                 # The token travels along: by the time this reply arrives the job may hold a
@@ -59,6 +69,8 @@ class Heartbeat:
             if not held:
                 log.warning("a resource lock kept for a running thread was taken by another job",
                             extra={"resource_key": resource_key, "holder": holder})
+        if unconfirmed is not None:
+            raise unconfirmed
         if self.metrics is not None and renewed:
             self.metrics.lease_extensions.labels(self.queue.name).inc(len(renewed))
         return result

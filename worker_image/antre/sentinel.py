@@ -205,6 +205,14 @@ class SentinelRedis(redis.Redis):
     connections to the Sentinels."""
 
     sentinels: redis.sentinel.Sentinel | None = None
+    #: The service the Sentinels monitor the primary under.
+    service: str = ""
+
+    def primary_address(self) -> tuple[str, int]:
+        """Where the Sentinels say the primary is now (raises when none of them knows)."""
+        assert self.sentinels is not None
+        host, port = self.sentinels.discover_master(self.service)  # type: ignore[no-untyped-call]
+        return str(host), int(port)
 
     def close(self) -> None:
         super().close()
@@ -216,6 +224,12 @@ class AsyncSentinelRedis(redis.asyncio.Redis):
     """The asyncio twin of :class:`SentinelRedis`."""
 
     sentinels: redis.asyncio.sentinel.Sentinel | None = None
+    service: str = ""
+
+    async def primary_address(self) -> tuple[str, int]:
+        assert self.sentinels is not None
+        host, port = await self.sentinels.discover_master(self.service)
+        return str(host), int(port)
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
         await super().aclose(close_connection_pool)
@@ -240,7 +254,7 @@ def connect(parsed: SentinelUrl, server_options: dict[str, Any]) -> SentinelRedi
         parsed.service, redis_class=SentinelRedis,
         connection_class=_PrimarySSLConnection if parsed.tls else _PrimaryConnection,
         retry=redis.retry.Retry(_BACKOFF, COMMAND_RETRIES))
-    client.sentinels = sentinel
+    client.sentinels, client.service = sentinel, parsed.service
     return client  # type: ignore[no-any-return]
 
 
@@ -254,7 +268,7 @@ def connect_async(parsed: SentinelUrl, server_options: dict[str, Any]) -> AsyncS
         parsed.service, redis_class=AsyncSentinelRedis,
         connection_class=_AsyncPrimarySSLConnection if parsed.tls else _AsyncPrimaryConnection,
         retry=redis.asyncio.retry.Retry(_BACKOFF, COMMAND_RETRIES))
-    client.sentinels = sentinel
+    client.sentinels, client.service = sentinel, parsed.service
     return client  # type: ignore[no-any-return]
 
 

@@ -52,6 +52,15 @@ class QueueSettings:
     max_payload_bytes: int = setting(
         256 * 1024, env="ANTRE_MAX_PAYLOAD_BYTES", minimum=1,
         help="largest encoded payload enqueue accepts, headers included, in bytes")
+    durable_replicas: int = setting(
+        0, env="ANTRE_DURABLE_REPLICAS", minimum=0, maximum=100,
+        help="replicas that must confirm each enqueue, claim, lease renewal, ack, checkpoint, "
+             "cancel and replay (Redis WAIT, in the same round trip) before it counts; 0: "
+             "Redis's asynchronous replication, where a failover can lose the last writes")
+    durable_timeout_s: float = setting(
+        1.0, env="ANTRE_DURABLE_TIMEOUT", minimum=0.001,
+        help="seconds a durable write waits for those confirmations; then an enqueue raises "
+             "NotReplicated and the worker gives the claim back or retries the ack")
 
     def __post_init__(self) -> None:
         fields.check(self)

@@ -81,16 +81,17 @@ class Settler:
                 self.threads.keep_lock(run)
             self.outcomes.record(run, "released" if ok else "lease_lost")
 
-    async def give_back(self, jobs: Sequence[ClaimedJob]) -> None:
-        """The claim's reply came back too late for its leases to be trusted (Redis stalled
-        while it ran): the jobs are released unstarted rather than run on a lease that may be
-        gone. What cannot be released expires and is requeued by the reaper."""
-        log.warning("claim reply came back after its leases' deadline; jobs given back",
-                    extra={"worker_id": self.worker_id, "jobs": len(jobs)})
+    async def give_back(self, jobs: Sequence[ClaimedJob], *, reason: str) -> None:
+        """A claim whose leases cannot be trusted (its reply came back too late, Redis having
+        stalled while it ran, or too few replicas confirmed it): the jobs are released
+        unstarted rather than run on a lease that may be gone. What cannot be released
+        expires and is requeued by the reaper."""
+        log.warning("claimed jobs given back unstarted", extra={
+            "worker_id": self.worker_id, "jobs": len(jobs), "reason": reason})
         with contextlib.suppress(Exception):
             await scripts.run_async(self.redis, release_op(
                 self.queue, [(job.id, job.lease) for job in jobs], worker_id=self.worker_id,
-                reason="claim reply too late to trust its lease"))
+                reason=reason))
 
     def unlock_soon(self, run: Run) -> None:
         """A thread that kept its run's resource lock returned: free the lock. Not freed (Redis

@@ -23,7 +23,7 @@ from typing import Any, Final, TypeVar
 
 import redis
 
-from antre import findings, redis_checks
+from antre import findings, redis_checks, topology
 from antre.client import AsyncQueue, Queue
 from antre.findings import Snapshot, Thresholds
 from antre.protocol import scripts
@@ -84,7 +84,13 @@ class _EvictionWarning:
     """The maxmemory-policy warning (INFO memory); replies None when INFO is not allowed."""
 
 
-_Step = Op[Any] | _Pipeline | _Scan | _Pause | _EvictionWarning
+@dataclass(frozen=True, slots=True)
+class _Topology:
+    """The primary and its replicas (INFO replication, and the Sentinels' answer); replies None
+    for a Redis Cluster or when INFO is not allowed."""
+
+
+_Step = Op[Any] | _Pipeline | _Scan | _Pause | _EvictionWarning | _Topology
 _Reader = Generator[_Step, Any, Snapshot]
 
 DeadKey = tuple[str, float]
@@ -193,12 +199,14 @@ def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | N
 
     registry: WorkerRegistry = yield workers_op(settings)
     warning = yield _EvictionWarning()
+    servers = yield _Topology()
     return Snapshot(queue=settings.name, before=before, after=after, expired_leases=leases,
                     overdue_retries=retries, overdue_total=int(overdue_total), dead_jobs=dead,
                     locks=sorted(locks, key=lambda lock: lock.resource),
                     locks_complete=scan_complete,
                     workers=sorted(registry.entries, key=lambda w: w.worker_id),
-                    bad_worker_entries=registry.unreadable, eviction_warning=warning)
+                    bad_worker_entries=registry.unreadable, eviction_warning=warning,
+                    topology=servers, durable_replicas=settings.durable_replicas)
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -237,6 +245,11 @@ def _run(client: Any, reader: Generator[_Step, Any, T],
         elif isinstance(step, _Pause):
             sleep(step.seconds)
             reply = None
+        elif isinstance(step, _Topology):
+            try:
+                reply = topology.read(client)
+            except redis.ResponseError:  # INFO may be renamed or disabled on managed Redis
+                reply = None
         else:
             try:
                 reply = redis_checks.eviction_policy_warning_sync(client)
@@ -264,6 +277,11 @@ async def _run_async(client: Any, reader: Generator[_Step, Any, T]) -> T:
             reply = await _scan_async(client, step)
         elif isinstance(step, _Pause):
             reply = None
+        elif isinstance(step, _Topology):
+            try:
+                reply = await topology.read_async(client)
+            except redis.ResponseError:
+                reply = None
         else:
             try:
                 reply = await redis_checks.eviction_policy_warning(client)

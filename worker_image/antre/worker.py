@@ -21,6 +21,7 @@ from typing import Any
 
 from antre import failures, logs, queue_registry, redis_checks, tracing
 from antre.ack_batcher import AckBatcher
+from antre.errors import NotReplicated
 from antre.failures import Failure
 from antre.handler_threads import HandlerThreads
 from antre.handlers import Handler, HandlerRegistry
@@ -32,7 +33,7 @@ from antre.outages import Outages
 from antre.outcomes import Outcomes
 from antre.protocol import scripts
 from antre.protocol.checkpoint import checkpoint_op
-from antre.protocol.claim import claim_op
+from antre.protocol.claim import ClaimResult, claim_op
 from antre.reaper import Reaper
 from antre.runs import Run
 from antre.settings import QueueSettings, WorkerSettings
@@ -87,6 +88,7 @@ class Worker:
                                metrics=metrics)
         self.outcomes = Outcomes(queue.name, self.worker_id, metrics)
         self.held = HeldRuns(self.outcomes, lease_s=settings.visibility_timeout_s)
+        scripts.check_durable_client(redis, queue)
         self.threads = HandlerThreads(settings.concurrency, on_slot_freed=self._slot_freed.set,
                                       on_lock_freed=lambda run: self.settler.unlock_soon(run))
         self.settler = Settler(redis, queue, settings, worker_id=self.worker_id,
@@ -233,6 +235,16 @@ class Worker:
                 claim_ns, claim_sent_at = time.time_ns(), time.monotonic()
                 result = await scripts.run_async(self.redis, claim_op(
                     self.queue, self.settings, worker_id=self.worker_id, max_jobs=free))
+            except NotReplicated as exc:
+                # Too few replicas have the claim (durable_replicas): a failover could still undo
+                # it and lease these jobs again, so they are given back unstarted.
+                outages += 1
+                assert isinstance(exc.result, ClaimResult)
+                if exc.result.jobs:
+                    await self.settler.give_back(
+                        exc.result.jobs, reason="claim not confirmed by the replicas in time")
+                await self.outages.wait("claim", exc, outages)
+                continue
             except Exception as exc:  # an outage, or Redis refusing (LOADING, READONLY...)
                 outages += 1
                 await self.outages.wait("claim", exc, outages)
@@ -246,7 +258,8 @@ class Worker:
                 if self.metrics is not None:
                     self.metrics.outcome(duplicate.type, "duplicate")
             if result.jobs and time.monotonic() >= claim_sent_at + self.held.trusted_s:
-                await self.settler.give_back(result.jobs)
+                await self.settler.give_back(
+                    result.jobs, reason="claim reply came back after its leases' deadline")
                 continue
             if result.jobs:
                 runs = [Run(claimed) for claimed in result.jobs]
@@ -343,9 +356,11 @@ class Worker:
         return None
 
     async def _record_step(self, claimed: ClaimedJob, step: str, value_json: str) -> None:
-        await scripts.run_async(self.redis, checkpoint_op(
+        # Retried through an outage (a failover) and until the replicas confirm it: recording
+        # a step again is harmless, and the script refuses once the lease is gone.
+        await self.outages.settle(checkpoint_op(
             self.queue, (claimed.id, claimed.lease), step=step, value_json=value_json,
-            worker_id=self.worker_id))
+            worker_id=self.worker_id), budget_s=self.settings.visibility_timeout_s)
 
     async def _load_steps(self, claimed: ClaimedJob) -> dict[str, str]:
         fields = await self.redis.hgetall(self.queue.keys.job(claimed.id))

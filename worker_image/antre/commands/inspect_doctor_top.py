@@ -25,6 +25,8 @@ THRESHOLD_FLAGS: Final = (
     ("--max-ready-age", "max_ready_age_s", "warn when the next ready job waited longer, seconds"),
     ("--stale-heartbeat", "stale_heartbeat_s",
      "warn when a worker's last heartbeat is older, seconds"),
+    ("--max-replica-lag", "max_replica_lag_s",
+     "warn when a replica last acknowledged the primary longer ago, seconds"),
 )
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from antre.protocol.scripts import Lease, Op, lease_args, load
+from antre.protocol.scripts import Durability, Lease, Op, lease_args, load
 from antre.settings import QueueSettings
 
 
@@ -38,4 +38,5 @@ def ack_op(settings: QueueSettings, leases: Sequence[Lease], *, worker_id: str,
          k.job_prefix, k.idempotency_prefix, k.lock_prefix, worker_id, max(retry_window_ms, 1),
          *lease_args(leases)],
         parse,
+        durable=Durability.of(settings),  # a lost ack would run the job again
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from antre.protocol.scripts import Op, load
+from antre.protocol.scripts import Durability, Op, load
 from antre.settings import QueueSettings
 
 
@@ -11,4 +11,5 @@ def cancel_op(settings: QueueSettings, job_id: str) -> Op[str]:
     :class:`antre.JobBusy` for a job being processed."""
     k = settings.keys
     return Op(load("cancel"), [k.ready, k.retry, k.dead, k.stats, k.job(job_id)],
-              [job_id, int(settings.done_ttl_s * 1000), k.idempotency_prefix], str)
+              [job_id, int(settings.done_ttl_s * 1000), k.idempotency_prefix], str,
+              durable=Durability.of(settings))

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from antre.protocol.scripts import Lease, Op, load
+from antre.protocol.scripts import Durability, Lease, Op, load
 from antre.settings import QueueSettings
 
 
@@ -13,4 +13,5 @@ def checkpoint_op(settings: QueueSettings, lease: Lease, *, step: str, value_jso
     k = settings.keys
     job_id, token = lease
     return Op(load("checkpoint"), [k.job(job_id), k.processing],
-              [token, step, value_json, worker_id, job_id, k.lock_prefix], lambda _: None)
+              [token, step, value_json, worker_id, job_id, k.lock_prefix], lambda _: None,
+              durable=Durability.of(settings))

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from antre.jobs import ClaimedJob
-from antre.protocol.scripts import Op, load
+from antre.protocol.scripts import Durability, Op, load
 from antre.settings import QueueSettings, WorkerSettings
 
 #: Due retries moved to the ready list per claim call.
@@ -65,4 +65,7 @@ def claim_op(settings: QueueSettings, worker_settings: WorkerSettings, *, worker
             worker_settings.lock_max_deferrals, int(settings.done_ttl_s * 1000),
         ],
         _parse,
+        # A claim lost in a failover would let the new primary lease the job (or its resource)
+        # again while this run goes on: durable claims are confirmed before a handler starts.
+        durable=Durability.of(settings),
     )

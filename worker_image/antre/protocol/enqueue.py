@@ -10,7 +10,7 @@ from typing import Any
 
 from antre import errors
 from antre.jobs import EnqueueResult, new_job_id
-from antre.protocol.scripts import Op, ScriptArg, load
+from antre.protocol.scripts import Durability, Op, ScriptArg, load
 from antre.settings import QueueSettings
 
 #: Jobs per script call in enqueue_many: big enough to amortise the round trip, small enough
@@ -103,5 +103,5 @@ def enqueue_ops(settings: QueueSettings, jobs: Sequence[NewJob]) -> list[Op[list
             if job_args[5]:
                 script_keys.append(k.idempotency(str(job_args[5])))
             args.extend(job_args)
-        ops.append(Op(load("enqueue"), script_keys, args, _parse))
+        ops.append(Op(load("enqueue"), script_keys, args, _parse, Durability.of(settings)))
     return ops

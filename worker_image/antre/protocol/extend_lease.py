@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from antre.protocol.scripts import Lease, Op, ScriptArg, lease_args, load
+from antre.protocol.scripts import Durability, Lease, Op, ScriptArg, lease_args, load
 from antre.settings import QueueSettings
 
 KeptLock = tuple[str, str]
@@ -39,4 +39,5 @@ def extend_lease_op(settings: QueueSettings, leases: Sequence[Lease], *, lease_m
         return ExtendResult(now_ms=int(reply[0]), held=flags[:len(leases)],
                             kept=flags[len(leases):])
 
-    return Op(load("extend_lease"), [k.processing, k.workers, k.worker(worker_id)], args, parse)
+    return Op(load("extend_lease"), [k.processing, k.workers, k.worker(worker_id)], args, parse,
+              durable=Durability.of(settings))

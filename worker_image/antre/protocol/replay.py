@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from antre.protocol.scripts import Op, check_id_count, load
+from antre.protocol.scripts import Durability, Op, check_id_count, load
 from antre.settings import QueueSettings
 
 
@@ -14,5 +14,5 @@ def replay_op(settings: QueueSettings, job_ids: Sequence[str] = (), *, limit: in
     check_id_count(job_ids)
     k = settings.keys
     return Op(load("replay"), [k.ready, k.dead, k.stats], [k.job_prefix, limit, *job_ids],
-              lambda reply: [str(x) for x in reply])
+              lambda reply: [str(x) for x in reply], durable=Durability.of(settings))
 

@@ -3,6 +3,11 @@
 Every ``<name>.lua`` beside this module is one state change; ``_prelude.lua`` holds the helpers
 they share and is prepended at load time. An :class:`Op` bundles a script call with the parser of
 its reply, so the sync and asyncio clients share one definition of every operation.
+
+A durable op (:class:`Durability`, from ``QueueSettings.durable_replicas``) is sent with a
+``WAIT`` behind it in one pipeline, so both use one connection (WAIT counts the replicas that
+have that connection's writes) and one round trip; too few confirmations raise
+:class:`~antre.errors.NotReplicated` carrying the op's result.
 """
 
 from __future__ import annotations
@@ -12,11 +17,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 import redis
+import redis.asyncio.cluster
+import redis.cluster
 
 from antre import errors
+
+if TYPE_CHECKING:
+    from antre.settings import QueueSettings
 
 T = TypeVar("T")
 ScriptArg = str | int | float
@@ -64,6 +74,22 @@ def load(name: str) -> Script:
 
 
 @dataclass(frozen=True, slots=True)
+class Durability:
+    """How many replicas must confirm a write, and for how long to wait (Redis ``WAIT``)."""
+
+    replicas: int
+    timeout_ms: int
+
+    @staticmethod
+    def of(settings: QueueSettings) -> Durability | None:
+        """The queue's durability for its writes; None when it relies on asynchronous
+        replication (``durable_replicas`` 0)."""
+        if settings.durable_replicas <= 0:
+            return None
+        return Durability(settings.durable_replicas, max(int(settings.durable_timeout_s * 1000), 1))
+
+
+@dataclass(frozen=True, slots=True)
 class Op(Generic[T]):
     """One script call and the function that turns its raw reply into a typed result."""
 
@@ -71,6 +97,8 @@ class Op(Generic[T]):
     keys: Sequence[str]
     args: Sequence[ScriptArg]
     parse: Callable[[Any], T]
+    durable: Durability | None = None
+    """Replicas that must confirm the write before its result is trusted; None: none."""
 
 
 _ERROR_TYPES: dict[str, type[errors.AntreError]] = {
@@ -98,10 +126,71 @@ def _is_noscript(exc: redis.ResponseError) -> bool:
     return isinstance(exc, redis.exceptions.NoScriptError) or str(exc).startswith("NOSCRIPT")
 
 
+def check_durable_client(client: Any, settings: QueueSettings) -> None:
+    """Refuses durable writes on a Redis Cluster client, whose pipelines spread commands over
+    nodes: a WAIT must follow the write on the same connection to count its replicas."""
+    cluster = (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster)
+    if settings.durable_replicas and isinstance(client, cluster):
+        raise errors.InvalidArgument(
+            f"durable_replicas: got {settings.durable_replicas} with a Redis Cluster URL; durable "
+            "writes need one primary per queue reached through redis://, rediss:// or "
+            "redis+sentinel://; set it to 0 for Redis Cluster")
+
+
+def _confirmed(op: Op[T], reply: Any, confirmations: Any) -> T:
+    """Parses a durable op's reply; raises NotReplicated when too few replicas confirmed it."""
+    assert op.durable is not None
+    result = op.parse(reply)
+    confirmed = int(confirmations) if isinstance(confirmations, int) else 0
+    if confirmed < op.durable.replicas:
+        raise errors.NotReplicated(
+            f"{op.script.name}: written on the primary but confirmed by {confirmed} of "
+            f"{op.durable.replicas} replica(s) within {op.durable.timeout_ms} ms "
+            "(QueueSettings.durable_replicas); a failover now could lose it",
+            confirmed=confirmed, wanted=op.durable.replicas, result=result)
+    return result
+
+
+def _queue_script(pipe: Any, op: Op[Any], *, cached: bool) -> None:
+    assert op.durable is not None
+    numkeys = len(op.keys)
+    if cached:
+        pipe.evalsha(op.script.sha, numkeys, *op.keys, *op.args)
+    else:
+        pipe.eval(op.script.text, numkeys, *op.keys, *op.args)
+    pipe.wait(op.durable.replicas, op.durable.timeout_ms)
+
+
+def _run_durable(client: Any, op: Op[T]) -> T:
+    for cached in (True, False):
+        pipe = client.pipeline(transaction=False)
+        _queue_script(pipe, op, cached=cached)
+        reply, confirmations = pipe.execute(raise_on_error=False)
+        if not (cached and isinstance(reply, redis.ResponseError) and _is_noscript(reply)):
+            break
+    if isinstance(reply, redis.ResponseError):
+        raise reply
+    return _confirmed(op, reply, confirmations)
+
+
+async def _run_durable_async(client: Any, op: Op[T]) -> T:
+    for cached in (True, False):
+        pipe = client.pipeline(transaction=False)
+        _queue_script(pipe, op, cached=cached)
+        reply, confirmations = await pipe.execute(raise_on_error=False)
+        if not (cached and isinstance(reply, redis.ResponseError) and _is_noscript(reply)):
+            break
+    if isinstance(reply, redis.ResponseError):
+        raise reply
+    return _confirmed(op, reply, confirmations)
+
+
 def run(client: Any, op: Op[T]) -> T:
     """Runs ``op`` on a sync client (``redis.Redis`` or ``redis.cluster.RedisCluster``)."""
     numkeys = len(op.keys)
     try:
+        if op.durable is not None:
+            return _run_durable(client, op)
         try:
             reply = client.evalsha(op.script.sha, numkeys, *op.keys, *op.args)
         except redis.ResponseError as exc:
@@ -120,6 +209,8 @@ async def run_async(client: Any, op: Op[T]) -> T:
     """Runs ``op`` on an asyncio client (``redis.asyncio.Redis`` or its cluster twin)."""
     numkeys = len(op.keys)
     try:
+        if op.durable is not None:
+            return await _run_durable_async(client, op)
         try:
             reply = await client.evalsha(op.script.sha, numkeys, *op.keys, *op.args)
         except redis.ResponseError as exc:
@@ -131,5 +222,3 @@ async def run_async(client: Any, op: Op[T]) -> T:
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise errors.RedisUnavailable(f"Redis is unreachable: {exc}") from exc
     return op.parse(reply)
-
-
