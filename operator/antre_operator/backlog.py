@@ -19,7 +19,7 @@ import antre
 import redis.exceptions
 from antre import connection, redis_checks
 
-from antre_operator import status
+from antre_operator import spec, status
 
 T = TypeVar("T")
 
@@ -58,7 +58,7 @@ class QueueReader:
         try:
             secrets = [urlsplit(self.url).password,
                        *(v for k, v in parse_qsl(urlsplit(self.url).query)
-                         if k.lower() in ("password", "username"))]
+                         if k.lower() in spec.SECRET_QUERY_PARAMETERS)]
         except ValueError:
             secrets = []
         userinfo = self.url.partition("://")[2].rpartition("@")[0]

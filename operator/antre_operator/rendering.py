@@ -93,8 +93,10 @@ def _redis_env(jq: spec.JobQueueSpec) -> list[dict[str, Any]]:
     else:
         # spec.py refused any plain URL with a password in it, so this value holds no secret.
         url = {"name": "ANTRE_REDIS_URL", "value": jq.redis.url}
+    durable = {"durable_replicas": jq.redis.durable_replicas,
+               "durable_timeout_s": jq.redis.durable_timeout_s} if jq.redis.durable_replicas else {}
     return [url, *fields.env_entries(QueueSettings, {"name": jq.redis.queue,
-                                                     "prefix": jq.redis.prefix})]
+                                                     "prefix": jq.redis.prefix, **durable})]
 
 
 def _pod_name_env() -> dict[str, Any]:

@@ -19,11 +19,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlsplit
 
-from antre import keys
+from antre import errors, keys, sentinel_urls
 
 from antre_operator import settings
 
-REDIS_SCHEMES: Final = ("redis", "rediss", "redis+cluster", "rediss+cluster")
+REDIS_SCHEMES: Final = ("redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster",
+                         "rediss+cluster")
 SERVICE_TYPES: Final = ("ClusterIP", "NodePort", "LoadBalancer")
 PULL_POLICIES: Final = ("Always", "IfNotPresent", "Never")
 # The worker refuses any other name, so admission and the operator use the worker's patterns.
@@ -87,6 +88,9 @@ class RedisSpec:
     queue: str
     prefix: str
     tls: bool
+    durable_replicas: int = 0
+    """Replicas each enqueue, claim, renewal and ack waits for (ANTRE_DURABLE_REPLICAS)."""
+    durable_timeout_s: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,8 +285,10 @@ def _secret_ref(section: Mapping[str, Any], key: str, path: str, *,
 # -- the sections ---------------------------------------------------------------------------------
 
 REDACTED: Final = "<redacted>"
-#: Query parameters redis-py takes credentials from; never allowed in a plain spec.redis.url.
-SECRET_QUERY_PARAMETERS: Final = frozenset({"password", "username"})
+#: Query parameters credentials are taken from (redis-py's, and the Sentinels' own); never
+#: allowed in a plain spec.redis.url.
+SECRET_QUERY_PARAMETERS: Final = frozenset({"password", "username", "sentinel_password",
+                                            "sentinel_username"})
 
 
 def check_redis_url(url: str, *, field: str, tls: bool) -> None:
@@ -294,6 +300,15 @@ def check_redis_url(url: str, *, field: str, tls: bool) -> None:
     scheme = url.split("://", 1)[0].lower()
     if scheme not in REDIS_SCHEMES:
         raise InvalidSpec(field, REDACTED, f"scheme must be one of {list(REDIS_SCHEMES)}")
+    if tls and not scheme.startswith("rediss"):
+        raise InvalidSpec(field, REDACTED,
+                          "spec.redis.tls is true, so the scheme must be rediss://")
+    if sentinel_urls.is_sentinel_url(url):
+        try:  # its messages never hold the URL or a password
+            sentinel_urls.parse_url(url)
+        except errors.InvalidArgument as exc:
+            raise InvalidSpec(field, REDACTED, f"must be a valid Sentinel URL: {exc}") from None
+        return
     try:
         parts = urlsplit(url)
         _ = parts.port  # raises on a non-numeric port
@@ -303,9 +318,6 @@ def check_redis_url(url: str, *, field: str, tls: bool) -> None:
                           "a password must be percent-encoded)") from None
     if not parts.hostname:
         raise InvalidSpec(field, REDACTED, "must name a host, e.g. redis://redis:6379/0")
-    if tls and not scheme.startswith("rediss"):
-        raise InvalidSpec(field, REDACTED,
-                          "spec.redis.tls is true, so the scheme must be rediss://")
 
 
 def check_plain_url(url: str, *, field: str) -> None:
@@ -338,7 +350,15 @@ def _parse_redis(spec: Mapping[str, Any], name: str) -> RedisSpec:
     queue = _str(section, "queue", path, default=name, pattern=_QUEUE_RE)
     prefix = _str(section, "prefix", path, default="antre", pattern=_PREFIX_RE)
     assert queue is not None and prefix is not None
-    return RedisSpec(url=url, url_secret=url_secret, queue=queue, prefix=prefix, tls=tls)
+    durable_replicas = _int(section, "durableReplicas", path, default=0, minimum=0, maximum=100)
+    durable_timeout_s = _number(section, "durableTimeoutSeconds", path, default=1, minimum=0.001,
+                                maximum=60)
+    if durable_replicas and url is not None and "+cluster://" in url.lower():
+        raise InvalidSpec(f"{path}.durableReplicas", durable_replicas,
+                          "must be 0 with a Redis Cluster URL (durable writes need one primary "
+                          "per queue: redis://, rediss:// or redis+sentinel://)")
+    return RedisSpec(url=url, url_secret=url_secret, queue=queue, prefix=prefix, tls=tls,
+                     durable_replicas=durable_replicas, durable_timeout_s=durable_timeout_s)
 
 
 def _parse_env(section: Mapping[str, Any], path: str) -> list[Mapping[str, Any]]:

@@ -4,11 +4,11 @@ servers' and the Sentinels' options; bad URLs get one line that never holds the 
 from __future__ import annotations
 
 import pytest
-from antre import connection, errors, sentinel
+from antre import connection, errors, sentinel, sentinel_urls
 
 
 def test_every_part_of_the_url() -> None:
-    parsed = sentinel.parse_url(
+    parsed = sentinel_urls.parse_url(
         "rediss+sentinel://app:p%40ss@s1:26380,s2,[::1]:26381/mymaster/3"
         "?ssl_ca_certs=/ca.pem&sentinel_password=guard&min_other_sentinels=1")
     assert parsed.sentinels == (("s1", 26380), ("s2", 26379), ("::1", 26381))
@@ -23,8 +23,8 @@ def test_every_part_of_the_url() -> None:
 
 
 def test_defaults() -> None:
-    parsed = sentinel.parse_url("redis+sentinel://sentinel/mymaster")
-    assert parsed.sentinels == (("sentinel", sentinel.DEFAULT_PORT),)
+    parsed = sentinel_urls.parse_url("redis+sentinel://sentinel/mymaster")
+    assert parsed.sentinels == (("sentinel", sentinel_urls.DEFAULT_PORT),)
     assert parsed.server_options == {"db": 0}
     assert not parsed.tls and parsed.min_other_sentinels == 0
     assert "password" not in parsed.sentinel_options
@@ -65,6 +65,6 @@ def test_scheme_selects_a_sentinel_client_that_connects_lazily() -> None:
     try:
         assert isinstance(client, sentinel.SentinelRedis)
         assert not connection.is_cluster_url("rediss+sentinel://s1/mymaster")
-        assert sentinel.is_sentinel_url("REDIS+SENTINEL://s1/mymaster")
+        assert sentinel_urls.is_sentinel_url("REDIS+SENTINEL://s1/mymaster")
     finally:
         client.close()

@@ -40,8 +40,10 @@ def imported_roots(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             roots |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "antre" and {a.name for a in node.names} <= {"keys", "fields"}:
-                continue  # key builders, name patterns, setting declarations: pure, no I/O
+            if node.module == "antre" and {a.name for a in node.names} <= {
+                    "keys", "fields", "errors", "sentinel_urls"}:
+                continue  # key builders, name patterns, setting declarations, errors, URL
+                # parsing: pure, no I/O
             if node.module == "antre.settings":
                 continue  # the settings' declarations (env names): pure, no I/O
             roots.add(node.module.split(".")[0])

@@ -17,7 +17,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from antre import errors, sentinel
+from antre import errors, sentinel, sentinel_urls
 
 _STANDALONE = {"redis", "rediss", "unix"}
 _CLUSTER = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
@@ -55,7 +55,7 @@ def _split(url: str) -> tuple[bool, str]:
             " unix://, redis+sentinel://, redis+cluster://)"
         )
     scheme = url.split("://", 1)[0].lower()
-    if scheme in _STANDALONE or sentinel.is_sentinel_url(url):
+    if scheme in _STANDALONE or sentinel_urls.is_sentinel_url(url):
         return False, url
     if scheme in _CLUSTER:
         return True, _CLUSTER[scheme] + url[len(scheme):]
@@ -89,14 +89,14 @@ def is_cluster_url(url: str) -> bool:
     return _split(url)[0]
 
 
-def _parse_sentinel(url: str) -> sentinel.SentinelUrl:
+def _parse_sentinel(url: str) -> sentinel_urls.SentinelUrl:
     try:
-        return sentinel.parse_url(url)
+        return sentinel_urls.parse_url(url)
     except errors.InvalidArgument as exc:
         raise errors.InvalidArgument(f"redis url {redact(url)!r}: {exc}") from None
 
 
-def _sentinel_options(parsed: sentinel.SentinelUrl, overrides: dict[str, Any]) -> dict[str, Any]:
+def _sentinel_options(parsed: sentinel_urls.SentinelUrl, overrides: dict[str, Any]) -> dict[str, Any]:
     """The servers' options: the URL's over the defaults (timeouts, TLS verification), as
     redis-py's from_url does for the other schemes."""
     defaults = _options("rediss://" if parsed.tls else "redis://", **overrides)
@@ -106,7 +106,7 @@ def _sentinel_options(parsed: sentinel.SentinelUrl, overrides: dict[str, Any]) -
 def connect(url: str, **overrides: Any) -> Any:
     """A sync client for ``url`` (``redis.Redis`` or ``redis.cluster.RedisCluster``)."""
     cluster, real_url = _split(url)
-    if sentinel.is_sentinel_url(url):
+    if sentinel_urls.is_sentinel_url(url):
         parsed = _parse_sentinel(url)
         return sentinel.connect(parsed, _sentinel_options(parsed, overrides))
     try:
@@ -122,7 +122,7 @@ def connect(url: str, **overrides: Any) -> Any:
 def connect_async(url: str, **overrides: Any) -> Any:
     """An asyncio client for ``url`` (``redis.asyncio.Redis`` or its cluster twin)."""
     cluster, real_url = _split(url)
-    if sentinel.is_sentinel_url(url):
+    if sentinel_urls.is_sentinel_url(url):
         parsed = _parse_sentinel(url)
         return sentinel.connect_async(parsed, _sentinel_options(parsed, overrides))
     try:
@@ -141,9 +141,9 @@ def describe_unreachable(url: str, exc: BaseException) -> str:
     reason = str(exc).removeprefix("Redis is unreachable: ")
     message = f"Redis at {redact(url)} is unreachable: {reason}"
     scheme = url.split("://", 1)[0].lower()
-    if sentinel.is_sentinel_url(url):
+    if sentinel_urls.is_sentinel_url(url):
         try:
-            hint = sentinel.describe_unreachable(sentinel.parse_url(url), reason)
+            hint = sentinel.describe_unreachable(sentinel_urls.parse_url(url), reason)
         except errors.InvalidArgument:
             hint = None
         if hint:
