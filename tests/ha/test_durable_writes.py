@@ -10,6 +10,7 @@ client is refused at once.
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -127,7 +128,8 @@ async def test_the_api_answers_503_not_replicated(
         body = await response.json()
         assert response.status == 503 and response.headers["Retry-After"]
         assert body["error"] == "not_replicated"
-        assert "confirmed by 1 of 2 replica(s)" in body["message"]
+        # The one replica may or may not make the 0.1 s on a loaded machine; two never can.
+        assert re.search(r"confirmed by [01] of 2 replica\(s\)", body["message"]), body
     finally:
         await client.close()
         await redis_client.aclose()
