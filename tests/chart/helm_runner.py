@@ -118,6 +118,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
                   "persistence": {"enabled": False}},
         "exampleJobQueue": {"enabled": True},
     },
+    "redis-replication": {"redis": {"enabled": True, "architecture": "replication"},
+                          "exampleJobQueue": {"enabled": True}},
     "namespaced": {"operator": {"watchNamespaces": ["team-a", "team-b"]}},
     "peering": {"operator": {"replicaCount": 2, "podDisruptionBudget": {"enabled": True}}},
     "peering-namespaced": {"operator": {"replicaCount": 3, "watchNamespaces": ["team-a"]}},

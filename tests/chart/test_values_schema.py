@@ -58,7 +58,8 @@ def leaves(values: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 
 
 # Maps whose keys are user data (labels, resources, a JobQueue spec), not chart settings.
-FREE_FORM = {"operator.resources", "redis.resources", "exampleJobQueue.spec"}
+FREE_FORM = {"operator.resources", "redis.resources", "redis.sentinel.resources",
+             "exampleJobQueue.spec"}
 
 
 def schema_at(path: str) -> dict[str, Any]:

@@ -141,6 +141,77 @@ Redis object names and address.
 {{- end }}
 
 {{/*
+The environment of the Redis containers: the password (redis-cli, probes and kubectl exec read
+REDISCLI_AUTH), and for the replicated architecture what the start scripts need.
+*/}}
+{{- define "antre.redis.env" -}}
+- name: REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "antre.redis.secretName" . }}
+      key: {{ .Values.redis.auth.existingSecretPasswordKey }}
+- name: REDISCLI_AUTH
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "antre.redis.secretName" . }}
+      key: {{ .Values.redis.auth.existingSecretPasswordKey }}
+{{- if include "antre.redis.replicated" . }}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: SELF_HOST
+  value: "$(POD_NAME).{{ include "antre.redis.headless" . }}.{{ .Release.Namespace }}.svc"
+- name: PEERS
+  value: {{ include "antre.redis.peers" . | quote }}
+- name: MASTER_SET
+  value: {{ .Values.redis.sentinel.masterSet | quote }}
+- name: QUORUM
+  value: {{ add1 (div (int .Values.redis.replication.replicas) 2) | quote }}
+- name: SENTINEL_PORT
+  value: {{ .Values.redis.sentinel.port | quote }}
+- name: DOWN_AFTER_MS
+  value: {{ .Values.redis.sentinel.downAfterMilliseconds | quote }}
+- name: FAILOVER_TIMEOUT_MS
+  value: {{ .Values.redis.sentinel.failoverTimeoutMilliseconds | quote }}
+{{- end }}
+{{- end }}
+
+{{- define "antre.redis.replicated" -}}
+{{- if eq .Values.redis.architecture "replication" }}true{{ end }}
+{{- end }}
+
+{{/*
+The headless Service giving each Redis pod of the replicated architecture a stable DNS name.
+*/}}
+{{- define "antre.redis.headless" -}}
+{{- printf "%s-headless" (include "antre.redis.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The replicated architecture's pods as the start scripts take them: "host:redisPort:sentinelPort"
+per pod, space-separated, pod 0 first (the primary of a first install).
+*/}}
+{{- define "antre.redis.peers" -}}
+{{- $peers := list }}
+{{- range $i := until (int .Values.redis.replication.replicas) }}
+{{- $peers = append $peers (printf "%s-%d.%s.%s.svc:6379:%d" (include "antre.redis.fullname" $) $i (include "antre.redis.headless" $) $.Release.Namespace (int $.Values.redis.sentinel.port)) }}
+{{- end }}
+{{- join " " $peers }}
+{{- end }}
+
+{{/*
+The Sentinels' addresses for a redis+sentinel:// URL: "host:port,host:port,...".
+*/}}
+{{- define "antre.redis.sentinels" -}}
+{{- $hosts := list }}
+{{- range $i := until (int .Values.redis.replication.replicas) }}
+{{- $hosts = append $hosts (printf "%s-%d.%s.%s.svc:%d" (include "antre.redis.fullname" $) $i (include "antre.redis.headless" $) $.Release.Namespace (int $.Values.redis.sentinel.port)) }}
+{{- end }}
+{{- join "," $hosts }}
+{{- end }}
+
+{{/*
 The Secret holding the example JobQueue's API token, when the chart generates it.
 */}}
 {{- define "antre.example.apiTokenSecretName" -}}

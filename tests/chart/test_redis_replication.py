@@ -1,0 +1,206 @@
+"""The optional Redis as a primary with replicas and Sentinels (``redis.architecture:
+replication``): what the chart renders, and its start scripts run for real.
+
+Aspects: replication.replicas pods, each with a redis and a sentinel container started by the
+ConfigMap's scripts, the peers and quorum in their environment; a headless Service for the
+pods' names and a Service with the Sentinel port only; a PodDisruptionBudget of one; the
+Secret's redis-url is a redis+sentinel:// URL naming every Sentinel, and the example JobQueue
+uses it with durableReplicas 1.
+
+Then the rendered scripts start three "pods" here (redis-server and redis-sentinel processes
+on loopback ports, with the environment the pods get): pod 0 becomes the primary and the others
+its replicas; antre enqueues through the chart's URL form; pod 0 is killed (kill -9 of both its
+processes) and the Sentinels promote a replica; pod 0 started again by its scripts comes back
+as a replica of the new primary; a second failover follows, and no confirmed job is lost.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+from antre import Queue, QueueSettings, connection
+from redis_servers import free_port, wait_until
+
+from .helm_runner import FULLNAME, NAMESPACE, Rendering
+
+Render = Callable[[dict[str, Any]], Rendering]
+REDIS = f"{FULLNAME}-redis"
+REPLICATED = {"redis": {"enabled": True, "architecture": "replication"},
+              "exampleJobQueue": {"enabled": True}}
+PASSWORD = "chart-test-password"
+
+
+def test_pods_services_and_budget(rendered: Render) -> None:
+    rendering = rendered(REPLICATED)
+    statefulset = rendering.one("StatefulSet", REDIS)
+    assert statefulset["spec"]["replicas"] == 3
+    assert statefulset["spec"]["serviceName"] == f"{REDIS}-headless"
+    containers = {c["name"]: c for c in statefulset["spec"]["template"]["spec"]["containers"]}
+    assert containers["redis"]["command"] == ["sh", "/scripts/start-redis.sh"]
+    assert containers["sentinel"]["command"] == ["sh", "/scripts/start-sentinel.sh"]
+    env = {e["name"]: e.get("value") for e in containers["sentinel"]["env"]}
+    headless = f"{REDIS}-headless.{NAMESPACE}.svc"
+    assert env["PEERS"].split() == [f"{REDIS}-{i}.{headless}:6379:26379" for i in range(3)]
+    assert env["SELF_HOST"] == f"$(POD_NAME).{headless}"
+    assert (env["QUORUM"], env["MASTER_SET"]) == ("2", "mymaster")
+    services = {s["metadata"]["name"]: s["spec"] for s in rendering.of_kind("Service")
+                if s["metadata"]["labels"]["app.kubernetes.io/component"] == "redis"}
+    assert services[f"{REDIS}-headless"]["clusterIP"] == "None"
+    assert services[f"{REDIS}-headless"]["publishNotReadyAddresses"] is True
+    # The plain Service has no Redis port: it would reach replicas, which refuse writes.
+    assert [p["port"] for p in services[REDIS]["ports"]] == [26379]
+    assert rendering.one("PodDisruptionBudget", REDIS)["spec"]["maxUnavailable"] == 1
+
+
+def test_the_url_names_every_sentinel_and_the_example_writes_durably(rendered: Render) -> None:
+    rendering = rendered(REPLICATED)
+    secret = rendering.one("Secret", REDIS)
+    password = base64.b64decode(secret["data"]["redis-password"]).decode()
+    url = base64.b64decode(secret["data"]["redis-url"]).decode()
+    headless = f"{REDIS}-headless.{NAMESPACE}.svc"
+    sentinels = ",".join(f"{REDIS}-{i}.{headless}:26379" for i in range(3))
+    assert url == (f"redis+sentinel://:{password}@{sentinels}/mymaster/0"
+                   f"?sentinel_password={password}")
+    example = rendering.one("JobQueue")["spec"]["redis"]
+    assert example == {"urlSecretRef": {"name": REDIS, "key": "redis-url"}, "durableReplicas": 1}
+    assert urlsplit(url).scheme == "redis+sentinel"
+
+
+def test_five_pods_need_three_sentinels(rendered: Render) -> None:
+    statefulset = rendered({"redis": {"enabled": True, "architecture": "replication",
+                                      "replication": {"replicas": 5}}}).one("StatefulSet", REDIS)
+    assert statefulset["spec"]["replicas"] == 5
+    env = {e["name"]: e.get("value")
+           for e in statefulset["spec"]["template"]["spec"]["containers"][1]["env"]}
+    assert env["QUORUM"] == "3" and len(env["PEERS"].split()) == 5
+
+
+# -- the start scripts, run for real ---------------------------------------------------------------
+
+class Pod:
+    """One pod of the StatefulSet: its redis-server and redis-sentinel, started by the chart's
+    scripts with the environment the pod gets (ports and paths moved to this machine)."""
+
+    def __init__(self, index: int, workdir: Path, scripts: Path, peers: list[tuple[int, int]]) -> None:
+        self.index = index
+        self.redis_port, self.sentinel_port = peers[index]
+        self.workdir = workdir / f"pod-{index}"
+        self.env = {
+            **os.environ, "SCRIPTS": str(scripts), "REDIS_CONF": str(scripts / "redis.conf"),
+            "REDIS_PASSWORD": PASSWORD, "REDISCLI_AUTH": PASSWORD, "SELF_HOST": "127.0.0.1",
+            "PEERS": " ".join(f"127.0.0.1:{r}:{s}" for r, s in peers), "MASTER_SET": "mymaster",
+            "QUORUM": "2", "DOWN_AFTER_MS": "1000", "FAILOVER_TIMEOUT_MS": "2000",
+            "REDIS_PORT": str(self.redis_port), "SENTINEL_PORT": str(self.sentinel_port),
+        }
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        shutil.rmtree(self.workdir, ignore_errors=True)  # an emptyDir: a new pod starts empty
+        for name in ("data", "sentinel"):
+            (self.workdir / name).mkdir(parents=True)
+        env = {**self.env, "DATA_DIR": str(self.workdir / "data"),
+               "SENTINEL_DIR": str(self.workdir / "sentinel")}
+        scripts = Path(env["SCRIPTS"])
+        for script, port in (("start-redis.sh", self.redis_port),
+                             ("start-sentinel.sh", self.sentinel_port)):
+            with (self.workdir / f"{script}.log").open("wb") as log:
+                self.processes.append(subprocess.Popen(
+                    ["sh", str(scripts / script)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                    cwd=self.workdir))
+            wait_until(lambda port=port: self.client(port).ping(), timeout_s=15,
+                       message=f"pod {self.index}'s {script}")
+
+    def client(self, port: int | None = None) -> redis.Redis:
+        return redis.Redis(port=port or self.redis_port, password=PASSWORD,
+                           decode_responses=True, socket_timeout=2)
+
+    def role(self) -> tuple[str, int | None]:
+        info = self.client().info("replication")
+        return str(info["role"]), info.get("master_port")
+
+    def kill(self) -> None:
+        for process in self.processes:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGKILL)
+            process.wait(timeout=10)
+        self.processes = []
+
+
+@pytest.fixture
+def pods(rendered: Render, tmp_path: Path) -> Iterator[list[Pod]]:
+    data = rendered(REPLICATED).one("ConfigMap", REDIS)["data"]
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    for name in ("redis.conf", "primary.sh", "start-redis.sh", "start-sentinel.sh"):
+        (scripts / name).write_text(data[name])
+    peers = [(free_port(), free_port()) for _ in range(3)]
+    started = [Pod(i, tmp_path, scripts, peers) for i in range(3)]
+    try:
+        yield started
+    finally:
+        for pod in started:
+            pod.kill()
+
+
+def primary_port(pods: list[Pod]) -> int | None:
+    """The primary every live Sentinel names (None while they disagree or none answers)."""
+    named = set()
+    for pod in pods:
+        if not pod.processes:
+            continue
+        try:
+            host_port = pod.client(pod.sentinel_port).execute_command(
+                "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")
+        except redis.RedisError:
+            return None
+        named.add(int(host_port[1]))
+    return named.pop() if len(named) == 1 else None
+
+
+def followers(pods: list[Pod], port: int) -> int:
+    return sum(1 for pod in pods if pod.processes and pod.role() == ("slave", port))
+
+
+def test_the_scripts_fail_over_and_bring_the_old_primary_back_as_a_replica(
+        pods: list[Pod]) -> None:
+    for pod in pods:  # one after another, as the StatefulSet starts them
+        pod.start()
+    assert pods[0].role()[0] == "master"
+    wait_until(lambda: followers(pods, pods[0].redis_port) == 2, timeout_s=20,
+               message="pods 1 and 2 replicating pod 0")
+    sentinels = ",".join(f"127.0.0.1:{pod.sentinel_port}" for pod in pods)
+    url = (f"redis+sentinel://:{PASSWORD}@{sentinels}/mymaster/0"
+           f"?sentinel_password={PASSWORD}")  # the chart's Secret, with this machine's ports
+    queue = Queue(connection.connect(url), settings=QueueSettings(
+        name="chart", durable_replicas=1, durable_timeout_s=10))
+    try:
+        wait_until(lambda: primary_port(pods) == pods[0].redis_port, timeout_s=20,
+                   message="the Sentinels naming pod 0")
+        confirmed = [queue.enqueue("t", {"n": 0}).job_id]
+        for _ in range(2):
+            old = next(pod for pod in pods if pod.redis_port == primary_port(pods))
+            old.kill()
+            new_port = wait_until(lambda old=old: (p := primary_port(
+                [pod for pod in pods if pod is not old])) not in (None, old.redis_port) and p,
+                timeout_s=30, message="a replica promoted")
+            confirmed.append(queue.enqueue("t", {"n": len(confirmed)}).job_id)
+            old.start()  # the pod comes back: its scripts ask the Sentinels for the primary
+            wait_until(lambda old=old, new_port=new_port: old.role() == ("slave", new_port),
+                       timeout_s=30, message="the old primary back as a replica")
+            wait_until(lambda new_port=new_port: followers(pods, new_port) == 2, timeout_s=30,
+                       message="both replicas following the new primary")
+        assert queue.stats().ready == len(confirmed) == 3
+        assert all(queue.get(job_id).status == "queued" for job_id in confirmed)
+    finally:
+        queue.close()
