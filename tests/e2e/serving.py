@@ -26,6 +26,10 @@ from .installs import Install, helm_install
 from .operator_process import OperatorProcess
 
 MODES = ("cluster-wide", "namespaced")
+#: Deadline for what the operator and the real controllers (garbage collector, namespace
+#: controller) do: seconds normally, much longer on a loaded 2-core machine. Waits end as soon
+#: as their condition holds.
+SETTLE_S = 90.0
 
 
 def condition(obj: dict[str, Any], kind: str) -> str | None:
@@ -50,14 +54,14 @@ class Served:
     def child(self, kind: str, name: str) -> dict[str, Any] | None:
         return self.cluster.get(kind, name, self.namespace)
 
-    def wait_ready(self, name: str, timeout_s: float = 30) -> dict[str, Any]:
+    def wait_ready(self, name: str, timeout_s: float = SETTLE_S) -> dict[str, Any]:
         return self.cluster.wait_for("jobqueue", name, self.namespace, timeout_s=timeout_s,
                                      until=lambda jq: condition(jq, "Ready") == "True",
                                      what=f"JobQueue {name} Ready")
 
     def wait_child(self, kind: str, name: str, until: Any = bool,
                    what: str | None = None) -> dict[str, Any]:
-        return self.cluster.wait_for(kind, name, self.namespace, until=until, timeout_s=30,
+        return self.cluster.wait_for(kind, name, self.namespace, until=until, timeout_s=SETTLE_S,
                                      what=what or f"{kind} {name}")
 
     def queue(self, name: str) -> antre.Queue:

@@ -24,7 +24,7 @@ from redis_servers import wait_until
 from .audit import format_counts
 from .cluster import Cluster
 from .samples import example
-from .serving import Served, serve
+from .serving import SETTLE_S, Served, serve
 
 REST_S = 60
 
@@ -93,7 +93,7 @@ def test_a_jobqueue_at_rest_makes_no_writes(served: Served, e2e_report: list[str
         e2e_report.append(f"{served.install.release}: the operator's requests to create one "
                           f"JobQueue's children and status: "
                           f"{format_counts(creating.counts(served.install.user))}")
-    wait_until(lambda: quiet(served, 3), timeout_s=30, interval_s=0,
+    wait_until(lambda: quiet(served, 3), timeout_s=SETTLE_S, interval_s=0,
                message="the operator to settle after creating the children")
 
     before = operator_footprint(served, "idle")
@@ -126,5 +126,5 @@ def test_deleting_the_namespace_takes_its_jobqueues_along(served: Served) -> Non
     cluster, ns = served.cluster, served.namespace
     cluster.apply(example("jobqueue"), namespace=ns)
     served.wait_ready("emails")
-    cluster.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=60s")
+    cluster.kubectl("delete", "namespace", ns, "--wait=true", f"--timeout={SETTLE_S:.0f}s")
     assert cluster.get("namespace", ns) is None

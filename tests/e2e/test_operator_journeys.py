@@ -32,7 +32,7 @@ from antre_operator import spec as jobqueue_spec
 from redis_servers import wait_until
 
 from .samples import example
-from .serving import MODES, Served, serve
+from .serving import MODES, SETTLE_S, Served, serve
 
 
 def controller_of(obj: dict[str, Any]) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def test_backlog_shows_in_kubectl_get_and_raises_desired_replicas(served: Served
         return dict(zip(header.split(), row.split(), strict=True))
 
     table = wait_until(lambda: (c := columns())["BACKLOG"] == "250" and c,
-                       timeout_s=30, message="kubectl get jq showing the backlog")
+                       timeout_s=SETTLE_S, message="kubectl get jq showing the backlog")
     assert isinstance(table, dict)
     assert table["READY"] == "True" and table["DESIRED"] == "3" and table["CURRENT"] == "3"
     assert table["PROCESSING"] == "0" and table["DEAD"] == "0"
@@ -94,7 +94,7 @@ def test_backlog_shows_in_kubectl_get_and_raises_desired_replicas(served: Served
             "pods", ns, "antre.dev/jobqueue=emails,app.kubernetes.io/component=worker")]
 
     try:
-        wait_until(lambda: len(worker_pods()) == 3, timeout_s=30, message="3 worker pods")
+        wait_until(lambda: len(worker_pods()) == 3, timeout_s=SETTLE_S, message="3 worker pods")
     except AssertionError:
         raise AssertionError(f"{worker_pods()}\n" + cluster.kubectl(
             "get", "rs,events", "-n", ns, "-o", "wide").stdout) from None
@@ -168,8 +168,8 @@ def test_turning_the_api_off_removes_its_children(served: Served) -> None:
     cluster, ns = served.cluster, served.namespace
     cluster.kubectl("patch", "jq", "reports", "-n", ns, "--type=merge",
                     "-p", '{"spec": {"api": {"enabled": false}}}')
-    cluster.wait_gone("deployment", "reports-api", ns)
-    cluster.wait_gone("service", "reports-api", ns)
+    cluster.wait_gone("deployment", "reports-api", ns, timeout_s=SETTLE_S)
+    cluster.wait_gone("service", "reports-api", ns, timeout_s=SETTLE_S)
     api_on = {"spec": {"api": {"enabled": True}}}
     cluster.kubectl("patch", "jq", "reports", "-n", ns, "--type=merge", "-p", json.dumps(api_on))
     served.wait_child("deployment", "reports-api", what="the API Deployment back")
@@ -180,17 +180,17 @@ def test_delete_lets_the_garbage_collector_remove_the_children(served: Served) -
     # Foreground: the JobQueue stays (with a deletionTimestamp) until the garbage collector
     # has removed every child; an operator recreating them would make this hang.
     cluster.kubectl("delete", "jq", "reports", "-n", ns, "--cascade=foreground", "--wait=true",
-                    "--timeout=30s")
+                    f"--timeout={SETTLE_S:.0f}s")
     for kind, name in [("deployment", "reports-worker"), ("cronjob", "reports-reaper"),
                        ("deployment", "reports-api"), ("service", "reports-api")]:
-        cluster.wait_gone(kind, name, ns, timeout_s=30)
+        cluster.wait_gone(kind, name, ns, timeout_s=SETTLE_S)
 
 
 def test_orphaned_children_are_adopted_by_a_new_jobqueue(served: Served) -> None:
     cluster, ns = served.cluster, served.namespace
     old_uid = served.wait_ready("emails")["metadata"]["uid"]
     cluster.kubectl("delete", "jq", "emails", "-n", ns, "--cascade=orphan", "--wait=true",
-                    "--timeout=30s")
+                    f"--timeout={SETTLE_S:.0f}s")
     orphan = served.wait_child("deployment", "emails-worker",
                                until=lambda d: not d["metadata"].get("ownerReferences"),
                                what="the orphaned worker Deployment without owner")
