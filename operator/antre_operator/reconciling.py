@@ -349,7 +349,8 @@ class Reconciler:
             return _Decision(keep, "steady", "paused: the queue could not be read")
         decision = scaling.decide_replicas(
             backlog=reading.numbers.backlog, in_flight=reading.in_flight, current=current or 0,
-            policy=policy, memory=self.memory, now_s=time.monotonic())
+            policy=policy, memory=self.memory, now_s=time.monotonic(),
+            slots_per_replica=jq.worker.concurrency)
         self.memory = decision.memory
         note = None
         wanted = math.ceil(reading.numbers.backlog / policy.target_backlog_per_replica)

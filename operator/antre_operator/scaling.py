@@ -4,8 +4,11 @@ Measuring lives in ``backlog.py``; applying in ``kube.py``; this module only doe
 it is tested with plain numbers (table cases and hypothesis properties). The rules, as KEDA and
 the HPA split them:
 
-* the recommendation is ``ceil(backlog / targetBacklogPerReplica)``, at least 1 while any job is
-  in flight, clamped to ``[minReplicas, maxReplicas]``;
+* the recommendation is ``ceil(backlog / targetBacklogPerReplica)``, and never fewer replicas
+  than hold the jobs in flight (``ceil(in_flight / concurrency)``), clamped to
+  ``[minReplicas, maxReplicas]``: a falling backlog removes idle capacity only, and a scale-down
+  releases running jobs only when they are spread thinner than ``concurrency`` per pod (or
+  maxReplicas is lowered);
 * activation: a pool at zero wakes only when the backlog exceeds ``activationBacklog``;
 * scale up at once, by at most ``maxScaleUpStep`` replicas per decision;
 * scale down to the highest recommendation seen within ``scaleDownStabilizationSeconds`` (so a
@@ -51,20 +54,23 @@ def _clamp(value: int, policy: spec.ScalingPolicy) -> int:
     return max(policy.min_replicas, min(policy.max_replicas, value))
 
 
-def recommend(backlog: int, in_flight: int, current: int, policy: spec.ScalingPolicy) -> int:
-    """The raw recommendation before stabilization and cooldown."""
+def recommend(backlog: int, in_flight: int, current: int, policy: spec.ScalingPolicy, *,
+              slots_per_replica: int) -> int:
+    """The raw recommendation before stabilization and cooldown; ``slots_per_replica`` is the
+    jobs one worker pod runs at once (spec.worker.concurrency)."""
     active = backlog > policy.activation_backlog or in_flight > 0
     if current == 0 and not active:
         raw = 0  # below the activation threshold a pool at zero stays asleep
     else:
         raw = math.ceil(max(backlog, 0) / policy.target_backlog_per_replica)
-        if in_flight > 0:
-            raw = max(raw, 1)  # someone is still working: never recommend zero under them
+        # Never fewer slots than jobs running: a scale-down then only removes idle pods
+        # (pod-deletion-cost picks them), instead of releasing work to be run again.
+        raw = max(raw, math.ceil(max(in_flight, 0) / max(slots_per_replica, 1)))
     return _clamp(raw, policy)
 
 
 def decide_replicas(*, backlog: int, in_flight: int, current: int, policy: spec.ScalingPolicy,
-                    memory: ScalerMemory, now_s: float) -> ScaleDecision:
+                    memory: ScalerMemory, now_s: float, slots_per_replica: int) -> ScaleDecision:
     """How many workers to run now. Pure: the same inputs give the same decision."""
     active = backlog > policy.activation_backlog or in_flight > 0
     last_active_s = memory.last_active_s
@@ -76,7 +82,7 @@ def decide_replicas(*, backlog: int, in_flight: int, current: int, policy: spec.
               if now_s - t < policy.scale_down_stabilization_s]
     if not memory.recommendations:
         window = [(now_s, _clamp(current, policy))]  # a fresh memory never scales down at once
-    raw = recommend(backlog, in_flight, current, policy)
+    raw = recommend(backlog, in_flight, current, policy, slots_per_replica=slots_per_replica)
     window.append((now_s, raw))
 
     if raw > current:
@@ -97,6 +103,9 @@ def decide_replicas(*, backlog: int, in_flight: int, current: int, policy: spec.
         reason = f"idle for the cooldown of {policy.cooldown_s:g}s"
     else:
         reason = f"backlog {backlog}, target {policy.target_backlog_per_replica} per replica"
+        if math.ceil(max(in_flight, 0) / max(slots_per_replica, 1)) > math.ceil(
+                max(backlog, 0) / policy.target_backlog_per_replica):
+            reason += f"; {in_flight} jobs in flight at {slots_per_replica} per replica"
     return ScaleDecision(
         replicas=replicas,
         recommended=raw,

@@ -1,6 +1,7 @@
 """The autoscaler's decision, with plain numbers: tables, then properties (hypothesis).
 
-Aspects: ceil(backlog/target) clamped to [min, max]; activation gating 0 -> 1; bounded scale-up
+Aspects: ceil(backlog/target) clamped to [min, max]; never fewer replicas than hold the jobs in
+flight at spec.worker.concurrency each; activation gating 0 -> 1; bounded scale-up
 step; scale-down only after the stabilization window; zero only after the cooldown with nothing
 processing; a fresh memory never scales down; properties: always within [min, max], monotonic in
 the backlog, and no flapping inside the stabilization window.
@@ -19,6 +20,8 @@ POLICY = spec.ScalingPolicy(
     enabled=True, min_replicas=0, max_replicas=10, target_backlog_per_replica=100,
     activation_backlog=0, polling_interval_s=5, scale_down_stabilization_s=60, cooldown_s=300,
     max_scale_up_step=None)
+#: Jobs one worker pod runs at once (spec.worker.concurrency's default).
+SLOTS = 4
 
 
 def policy(**changes: object) -> spec.ScalingPolicy:
@@ -26,11 +29,12 @@ def policy(**changes: object) -> spec.ScalingPolicy:
 
 
 def decide(backlog: int, current: int, *, in_flight: int = 0, p: spec.ScalingPolicy = POLICY,
-           memory: scaling.ScalerMemory | None = None, now: float = 1000.0) -> scaling.ScaleDecision:
+           memory: scaling.ScalerMemory | None = None, now: float = 1000.0,
+           slots: int = SLOTS) -> scaling.ScaleDecision:
     if memory is None:  # a memory long past its window, so nothing old holds the decision
         memory = scaling.ScalerMemory(recommendations=((0.0, 0),), last_active_s=0.0)
     return scaling.decide_replicas(backlog=backlog, in_flight=in_flight, current=current,
-                                   policy=p, memory=memory, now_s=now)
+                                   policy=p, memory=memory, now_s=now, slots_per_replica=slots)
 
 
 @pytest.mark.parametrize("backlog, current, in_flight, p, expected", [
@@ -51,6 +55,26 @@ def test_table(backlog: int, current: int, in_flight: int, p: spec.ScalingPolicy
     assert decide(backlog, current, in_flight=in_flight, p=p).replicas == expected
 
 
+@pytest.mark.parametrize("backlog, current, in_flight, slots, max_replicas, expected", [
+    pytest.param(0, 4, 2, 1, 10, 2, id="keeps-as-many-pods-as-jobs-run-one-each"),
+    pytest.param(0, 4, 9, 4, 10, 3, id="in-flight-counts-in-slots-per-pod"),
+    pytest.param(0, 4, 4, 4, 10, 1, id="consolidates-jobs-spread-thin"),
+    pytest.param(150, 1, 9, 4, 10, 3, id="the-larger-of-backlog-and-in-flight"),
+    pytest.param(0, 4, 9, 1, 2, 2, id="clamped-to-max"),
+])
+def test_never_fewer_slots_than_jobs_in_flight(backlog: int, current: int, in_flight: int,
+                                               slots: int, max_replicas: int,
+                                               expected: int) -> None:
+    decision = decide(backlog, current, in_flight=in_flight, slots=slots,
+                      p=policy(max_replicas=max_replicas))
+    assert decision.replicas == expected
+
+
+def test_scale_reason_names_the_jobs_in_flight() -> None:
+    assert decide(0, 1, in_flight=3, slots=1).reason == (
+        "backlog 0, target 100 per replica; 3 jobs in flight at 1 per replica")
+
+
 def test_scale_event_reason() -> None:
     decision = decide(540, 2)
     assert decision.changed(2)
@@ -61,16 +85,16 @@ def test_scale_event_reason() -> None:
 
 def test_fresh_memory_waits_a_window_before_scaling_down() -> None:
     first = scaling.decide_replicas(backlog=0, in_flight=0, current=5, policy=POLICY,
-                                    memory=scaling.ScalerMemory(), now_s=0.0)
+                                    memory=scaling.ScalerMemory(), now_s=0.0, slots_per_replica=SLOTS)
     assert first.replicas == 5
     later = scaling.decide_replicas(backlog=0, in_flight=0, current=5, policy=POLICY,
-                                    memory=first.memory, now_s=30.0)
+                                    memory=first.memory, now_s=30.0, slots_per_replica=SLOTS)
     assert later.replicas == 5
     after_window = scaling.decide_replicas(backlog=0, in_flight=0, current=5, policy=POLICY,
-                                           memory=later.memory, now_s=61.0)
+                                           memory=later.memory, now_s=61.0, slots_per_replica=SLOTS)
     assert after_window.replicas == 1, "down after the window, but not to zero: cooldown"
     after_cooldown = scaling.decide_replicas(backlog=0, in_flight=0, current=1, policy=POLICY,
-                                             memory=after_window.memory, now_s=301.0)
+                                             memory=after_window.memory, now_s=301.0, slots_per_replica=SLOTS)
     assert after_cooldown.replicas == 0
 
 
@@ -81,7 +105,8 @@ def test_scale_down_waits_for_the_window_after_a_peak() -> None:
     seen = []
     for now, backlog in timeline:
         decision = scaling.decide_replicas(backlog=backlog, in_flight=0, current=replicas,
-                                           policy=POLICY, memory=memory, now_s=float(now))
+                                           policy=POLICY, memory=memory, now_s=float(now),
+                                           slots_per_replica=SLOTS)
         replicas, memory = decision.replicas, decision.memory
         seen.append(replicas)
     assert seen == [8, 8, 8, 8, 8, 1]
@@ -90,13 +115,13 @@ def test_scale_down_waits_for_the_window_after_a_peak() -> None:
 def test_cooldown_counts_from_the_last_work() -> None:
     p = policy(scale_down_stabilization_s=0, cooldown_s=10)
     d = scaling.decide_replicas(backlog=0, in_flight=1, current=1, policy=p,
-                                memory=scaling.ScalerMemory(), now_s=0.0)
+                                memory=scaling.ScalerMemory(), now_s=0.0, slots_per_replica=SLOTS)
     assert d.replicas == 1
     d = scaling.decide_replicas(backlog=0, in_flight=0, current=1, policy=p, memory=d.memory,
-                                now_s=9.0)
+                                now_s=9.0, slots_per_replica=SLOTS)
     assert d.replicas == 1
     d = scaling.decide_replicas(backlog=0, in_flight=0, current=1, policy=p, memory=d.memory,
-                                now_s=10.0)
+                                now_s=10.0, slots_per_replica=SLOTS)
     assert d.replicas == 0
 
 
@@ -128,8 +153,11 @@ memories = st.builds(
 def test_always_within_bounds(p: spec.ScalingPolicy, memory: scaling.ScalerMemory, backlog: int,
                               in_flight: int, current: int) -> None:
     decision = scaling.decide_replicas(backlog=backlog, in_flight=in_flight, current=current,
-                                       policy=p, memory=memory, now_s=1000.0)
+                                       policy=p, memory=memory, now_s=1000.0,
+                                       slots_per_replica=SLOTS)
     assert p.min_replicas <= decision.replicas <= p.max_replicas
+    if decision.replicas < current:  # a scale-down keeps a slot for every job in flight
+        assert decision.replicas >= min(-(-in_flight // SLOTS), p.max_replicas)
 
 
 @settings(max_examples=300, deadline=None, database=None)
@@ -139,7 +167,8 @@ def test_always_within_bounds(p: spec.ScalingPolicy, memory: scaling.ScalerMemor
 def test_monotonic_in_backlog(p: spec.ScalingPolicy, memory: scaling.ScalerMemory,
                               backlogs: tuple[int, int], in_flight: int, current: int) -> None:
     low, high = sorted(backlogs)
-    kwargs = dict(in_flight=in_flight, current=current, policy=p, memory=memory, now_s=1000.0)
+    kwargs = dict(in_flight=in_flight, current=current, policy=p, memory=memory, now_s=1000.0,
+                  slots_per_replica=SLOTS)
     assert (scaling.decide_replicas(backlog=low, **kwargs).replicas  # type: ignore[arg-type]
             <= scaling.decide_replicas(backlog=high, **kwargs).replicas)  # type: ignore[arg-type]
 
@@ -155,7 +184,8 @@ def test_no_flapping_inside_the_window(p: spec.ScalingPolicy,
     for backlog, in_flight, dt in steps:
         now += dt
         decision = scaling.decide_replicas(backlog=backlog, in_flight=in_flight,
-                                           current=replicas, policy=p, memory=memory, now_s=now)
+                                           current=replicas, policy=p, memory=memory, now_s=now,
+                                           slots_per_replica=SLOTS)
         history.append((now, decision.recommended))
         if decision.replicas < replicas:
             recent = [r for t, r in history if now - t < p.scale_down_stabilization_s]
