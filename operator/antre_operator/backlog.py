@@ -12,16 +12,20 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 import antre
 import redis.exceptions
 from antre import connection, redis_checks
+from antre.jobs import JobInfo
 
 from antre_operator import spec, status
 
 T = TypeVar("T")
+
+#: Jobs in flight whose records are read to find their pods; beyond it, the registry's counts.
+MAX_RECORDS_READ: Final = 1000
 
 
 class RedisReadError(Exception):
@@ -98,11 +102,32 @@ class QueueReader:
         return Reading(numbers=numbers, in_flight=depth.processing, workers=depth.workers)
 
     async def jobs_in_flight_by_pod(self) -> dict[str, int]:
-        """Jobs in flight per pod name, from the live worker registry (one round trip)."""
+        """Jobs in flight per pod of every live worker, as they are now (three round trips).
+
+        Each job of the processing set counts for the pod whose worker holds it (the job's
+        record, read now; the live registry maps worker ids to pods). The registry's own
+        counts are written at each heartbeat, up to 5 s ago: a pod that claimed a job since
+        would pass for idle and be the first deleted, its job interrupted. With more than
+        :data:`MAX_RECORDS_READ` jobs in flight those counts are used all the same.
+        """
         queue = self._ensure()
-        by_pod: dict[str, int] = {}
-        for entry in await self._call(queue.workers()):
-            by_pod[entry.pod] = by_pod.get(entry.pod, 0) + max(entry.in_flight, 0)
+        registry = await self._call(queue.workers())
+        by_pod = {entry.pod: 0 for entry in registry}
+        ids = await self._call(queue.redis.zrange(queue.keys.processing, 0, MAX_RECORDS_READ))
+        if len(ids) > MAX_RECORDS_READ:
+            for entry in registry:
+                by_pod[entry.pod] += max(entry.in_flight, 0)
+            return by_pod
+        pod_of = {entry.worker_id: entry.pod for entry in registry}
+        pipe = queue.redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(queue.keys.job(job_id))
+        records = await self._call(pipe.execute()) if ids else []
+        for job_id, fields in zip(ids, records, strict=True):
+            if fields:  # acked and deleted meanwhile: in flight no more
+                pod = pod_of.get(JobInfo.from_hash({**fields, "id": job_id}).worker or "")
+                if pod is not None:
+                    by_pod[pod] += 1
         return by_pod
 
     async def eviction_warning(self) -> str | None:

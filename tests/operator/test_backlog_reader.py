@@ -1,8 +1,8 @@
 """Measuring a queue through the antre package, against a real Redis.
 
 Aspects: depth in one script call (ready, due, processing, dead, oldest age); jobs in flight per
-pod from the worker registry; an unreachable Redis becomes RedisReadError with the password
-redacted and a deadline; the eviction-policy check.
+pod from the records of the jobs in flight and the worker registry; an unreachable Redis becomes
+RedisReadError with the password redacted and a deadline; the eviction-policy check.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import pytest
 import redis
 import redis.asyncio
 from antre.protocol import scripts
+from antre.protocol.claim import claim_op
 from antre.protocol.extend_lease import extend_lease_op
-from antre.settings import QueueSettings
+from antre.settings import QueueSettings, WorkerSettings
 from antre_operator import backlog
 from redis_servers import free_port, running_redis
 
@@ -42,14 +43,26 @@ async def test_depth_in_one_round_trip(redis_url: str, redis_client: redis.Redis
 
 
 async def test_jobs_in_flight_by_pod(redis_url: str, redis_client: redis.Redis) -> None:
+    """Counted from the jobs' records (who holds each lease now), not from the registry's
+    counts, which are as old as each worker's last heartbeat."""
+    settings = QueueSettings(name="reg")
+    antre.Queue(redis_client, "reg").enqueue_many([("noop", {})] * 4)
     client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
     try:
-        for worker_id, pod, in_flight in (("w1", "p-a", 2), ("w2", "p-a", 1), ("w3", "p-b", 0)):
-            entry = {"pod": pod, "host": pod, "pid": 1, "in_flight": in_flight,
+        # w1 claimed 2 jobs and w2 one since their last beats, which said 0, 5 and 0.
+        for worker_id, pod, claims, stale in (("w1", "p-a", 2, 0), ("w2", "p-a", 1, 5),
+                                              ("w3", "p-b", 0, 0)):
+            entry = {"pod": pod, "host": pod, "pid": 1, "in_flight": stale,
                      "concurrency": 4, "started_at_ms": int(time.time() * 1000)}
             await scripts.run_async(client, extend_lease_op(
-                QueueSettings(name="reg"), [], lease_ms=60_000, worker_id=worker_id,
+                settings, [], lease_ms=60_000, worker_id=worker_id,
                 registry_entry_json=json.dumps(entry), registry_ttl_ms=60_000))
+            if claims:
+                await scripts.run_async(client, claim_op(
+                    settings, WorkerSettings(), worker_id=worker_id, max_jobs=claims))
+        # A job held by a worker without a live entry (gone) belongs to no pod.
+        await scripts.run_async(client, claim_op(settings, WorkerSettings(), worker_id="gone",
+                                                 max_jobs=1))
     finally:
         await client.aclose()
     reader = backlog.QueueReader(redis_url, queue="reg", prefix="antre", timeout_s=2)

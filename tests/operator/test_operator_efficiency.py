@@ -1,6 +1,6 @@
 """Care on scale-down: busy pods are kept.
 
-Before lowering replicas the operator sets pod-deletion-cost from the worker registry, so a
+Before lowering replicas the operator sets pod-deletion-cost from the jobs in flight, so a
 scale-down from 3 to 1 with one busy pod keeps the busy pod (the annotations are written before
 the replicas are lowered). The cost of an idle JobQueue (no Kubernetes writes, one Redis round
 trip per poll) is measured on a real API server: tests/e2e/test_operator_cluster_wide.py.
@@ -16,8 +16,9 @@ import antre
 import redis
 import redis.asyncio
 from antre.protocol import scripts
+from antre.protocol.claim import claim_op
 from antre.protocol.extend_lease import extend_lease_op
-from antre.settings import QueueSettings
+from antre.settings import QueueSettings, WorkerSettings
 from antre_operator import settings
 from operator_emulation import create, eventually, jobqueue, method_of
 
@@ -31,7 +32,7 @@ def replicas(k8s: Any, name: str) -> int | None:
 
 async def register_worker(url: str, queue: str, *, worker_id: str, pod: str,
                           in_flight: int) -> None:
-    """What a worker's heartbeat writes into the registry (no leases held)."""
+    """What a worker writes: its registry entry, and a claim of ``in_flight`` jobs."""
     client = redis.asyncio.Redis.from_url(url, decode_responses=True)
     try:
         entry = {"pod": pod, "host": pod, "pid": 1, "in_flight": in_flight, "concurrency": 4,
@@ -39,6 +40,9 @@ async def register_worker(url: str, queue: str, *, worker_id: str, pod: str,
         await scripts.run_async(client, extend_lease_op(
             QueueSettings(name=queue), [], lease_ms=60_000, worker_id=worker_id,
             registry_entry_json=json.dumps(entry), registry_ttl_ms=120_000))
+        if in_flight:
+            await scripts.run_async(client, claim_op(QueueSettings(name=queue), WorkerSettings(),
+                                                     worker_id=worker_id, max_jobs=in_flight))
     finally:
         await client.aclose()
 
