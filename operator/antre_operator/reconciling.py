@@ -406,15 +406,19 @@ class Reconciler:
             live = await self._observed(key)
             manifest = rendering.prune_pod_annotations(manifest, live)
             before = self.state.desired.get(key)
+            # Before the write: its own watch event may arrive while we await the answer, and
+            # must not pass for a hand edit (that would run the next step at once, so a
+            # maxScaleUpStep would be taken twice per poll).
+            self.state.desired[key] = manifest
             try:
                 action, stored = await self.kube.apply(manifest, live)
             except kube.NotOwned:
                 # Our watches filter on our labels and would never refresh this view: forget
                 # it, so the next poll reads again (and sees the stranger gone once deleted).
                 self.state.children.pop(key, None)
+                self.state.desired.pop(key, None)
                 raise
             self.state.remember_child(key, stored)
-            self.state.desired[key] = manifest
             if before is not None and (action == "created" or
                                        (action == "patched" and before == manifest)):
                 # We had applied exactly this before: someone deleted or edited it by hand.
