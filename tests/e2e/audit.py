@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -34,6 +35,8 @@ class Request:
     code: int
     uri: str
     audit_id: str
+    at: float = 0.0
+    """When the API server received it (Unix time, microseconds), for timelines."""
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> Request:
@@ -45,7 +48,8 @@ class Request:
         return cls(user=user, verb=event.get("verb", ""), resource=resource,
                    namespace=ref.get("namespace", ""), name=ref.get("name", ""),
                    code=int((event.get("responseStatus") or {}).get("code") or 0),
-                   uri=event.get("requestURI", ""), audit_id=event.get("auditID", ""))
+                   uri=event.get("requestURI", ""), audit_id=event.get("auditID", ""),
+                   at=_unix_time(event.get("requestReceivedTimestamp")))
 
     @property
     def is_write(self) -> bool:
@@ -54,6 +58,11 @@ class Request:
     def __str__(self) -> str:
         where = "/".join(p for p in (self.namespace, self.resource, self.name) if p)
         return f"{self.user} {self.verb} {where or self.uri} -> {self.code}"
+
+
+def _unix_time(stamp: str | None) -> float:
+    """An audit timestamp ("2026-01-02T03:04:05.678901Z") as Unix time; 0.0 when absent."""
+    return datetime.datetime.fromisoformat(stamp).timestamp() if stamp else 0.0
 
 
 class AuditLog:

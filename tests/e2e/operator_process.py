@@ -7,6 +7,7 @@ lists those lines and the tests fail on them.
 
 from __future__ import annotations
 
+import copy
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -51,6 +52,13 @@ class OperatorProcess(LoggedProcess):
         env.update(extra_env or {})
         super().__init__("antre-operator", [sys.executable, "-m", "antre_operator", *args],
                          log_path, env=env)
+
+    def twin(self, log_path: Path) -> OperatorProcess:
+        """A process like this one (credentials, arguments, environment), not started: the
+        operator a test starts after killing this one."""
+        twin = copy.copy(self)
+        twin.log_path, twin.process = log_path, None
+        return twin
 
     def forbidden(self) -> list[str]:
         return [line for line in self.log().splitlines() if FORBIDDEN.search(line)]

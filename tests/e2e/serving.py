@@ -51,6 +51,14 @@ class Served:
         self.namespace = namespace
         self.redis = redis_server
 
+    def restart_operator(self, log_path: Path) -> OperatorProcess:
+        """A new operator process like the current one (same credentials and arguments), for a
+        test that killed the current one; it becomes :attr:`operator`."""
+        self.operator = self.operator.twin(log_path)
+        self.operator.start()
+        self.operator.wait_for_log("Initial authentication has finished", timeout_s=30)
+        return self.operator
+
     def child(self, kind: str, name: str) -> dict[str, Any] | None:
         return self.cluster.get(kind, name, self.namespace)
 
@@ -79,7 +87,9 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(cluster: Cluster, mode: str, workdir: Path) -> Iterator[Served]:
+def serve(cluster: Cluster, mode: str, workdir: Path, *,
+          appendonly: bool = False) -> Iterator[Served]:
+    """``appendonly``: the Redis keeps its data across a restart (the fault scenarios)."""
     assert mode in MODES, mode
     namespace = cluster.create_namespace(f"jobs-{mode}")
     # Unique per call: the namespaces of an earlier install may still be terminating.
@@ -91,18 +101,22 @@ def serve(cluster: Cluster, mode: str, workdir: Path) -> Iterator[Served]:
     values = {"operator": operator_values} if operator_values else {}
     install = helm_install(cluster, release, f"{release}-system", values=values,
                            workdir=workdir)
-    server = RedisServer("--maxmemory-policy", "noeviction").start()
+    server = RedisServer("--maxmemory-policy", "noeviction", appendonly=appendonly).start()
     operator = OperatorProcess(
         cluster.service_account_kubeconfig(install.namespace, install.service_account),
         workdir / "operator.log", install.operator_args())
+    served: Served | None = None
     try:
         operator.start()
         # kopf logs this once the token has been accepted (it fails loudly otherwise).
         operator.wait_for_log("Initial authentication has finished", timeout_s=30)
         cluster.kubectl("create", "secret", "generic", "redis-url", "-n", namespace,
                         f"--from-literal=url={server.url}")
-        yield Served(cluster, install, operator, namespace, server)
+        served = Served(cluster, install, operator, namespace, server)
+        yield served
     finally:
+        if served is not None:
+            operator = served.operator  # a test may have started another one
         # JobQueues first, while the operator runs to release its finalizer: otherwise the
         # namespace would stay Terminating until some other operator process handles them.
         cluster.kubectl("delete", "jobqueues", "--all", "-n", namespace, "--wait=true",
