@@ -1,17 +1,21 @@
 """Clients from ``redis+sentinel://`` URLs against a real Sentinel group.
 
 Covers: the sync and asyncio clients follow two kill -9 failovers in a row without losing a
-write they were told succeeded; a graceful failover (the old primary alive, demoted) moves the
-queue's writes to the new primary; a ``READONLY`` reply means "find the primary again" (a
-retryable outage), never a write to a replica; Sentinels with a password of their own; one
-clear line for a service name no Sentinel knows.
+write that both replicas had; the HTTP API keeps enqueueing across a failover; a graceful
+failover (the old primary alive, demoted) moves the queue's writes to the new primary; a
+``READONLY`` reply means "find the primary again" (a retryable outage), never a write to a
+replica; Sentinels with a password of their own; one clear line for a service name no
+Sentinel knows.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import redis
-from antre import Queue, cli, connection, errors
+from aiohttp.test_utils import TestClient, TestServer
+from antre import Queue, QueueSettings, api, cli, connection, errors
 from redis_sentinels import SERVICE, SentinelGroup, SentinelProcess
 from redis_servers import free_port, wait_until
 
@@ -20,35 +24,28 @@ def _port_of(client: redis.Redis) -> int:
     return int(client.info("server")["tcp_port"])
 
 
-def test_sync_client_follows_two_failovers(sentinels: SentinelGroup) -> None:
+async def test_sync_and_asyncio_clients_follow_two_failovers(sentinels: SentinelGroup) -> None:
     client = connection.connect(sentinels.url())
+    aclient = connection.connect_async(sentinels.url())
     try:
         assert _port_of(client) == sentinels.primary_port()
         client.set("counter", 1)
-        client.wait(2, 2000)  # both replicas have it before the primary is killed
+        await aclient.set("acounter", 1)
+        client.wait(2, 2000)  # both replicas have them before the primary is killed
+        await aclient.wait(2, 2000)
         for expected in (2, 3):
             failover = sentinels.fail_over()
             # The first call after the switch reconnects through the Sentinels.
             assert client.incr("counter") == expected
-            assert _port_of(client) == sentinels.primary_port() != failover.killed_port
+            assert await aclient.incr("acounter") == expected
+            primary = sentinels.primary_port()
+            assert _port_of(client) == primary != failover.killed_port
+            assert int((await aclient.info("server"))["tcp_port"]) == primary
             client.wait(2, 2000)
+            await aclient.wait(2, 2000)
     finally:
         client.close()
-
-
-async def test_async_client_follows_two_failovers(sentinels: SentinelGroup) -> None:
-    client = connection.connect_async(sentinels.url())
-    try:
-        await client.set("counter", 1)
-        await client.wait(2, 2000)
-        for expected in (2, 3):
-            failover = sentinels.fail_over()
-            assert await client.incr("counter") == expected
-            port = int((await client.info("server"))["tcp_port"])
-            assert port == sentinels.primary_port() != failover.killed_port
-            await client.wait(2, 2000)
-    finally:
-        await client.aclose()
+        await aclient.aclose()
 
 
 def test_queue_writes_move_to_the_new_primary_after_a_graceful_failover(
@@ -75,6 +72,26 @@ def test_queue_writes_move_to_the_new_primary_after_a_graceful_failover(
         assert queue.stats().ready == 2
     finally:
         queue.close()
+
+
+async def test_the_api_follows_a_failover(sentinels: SentinelGroup) -> None:
+    redis_client = connection.connect_async(sentinels.url())
+    app = api.create_app(redis_client, queue_template=QueueSettings(),
+                         api_settings=api.ApiSettings(queues=("q",), anonymous=True))
+    client: TestClient[Any, Any] = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        before = await client.post("/v1/queues/q/jobs", json={"type": "t"})
+        assert before.status == 202, await before.text()
+        await redis_client.wait(2, 2000)
+        sentinels.fail_over()
+        after = await client.post("/v1/queues/q/jobs", json={"type": "t"})
+        assert after.status == 202, await after.text()
+        stats = await (await client.get("/v1/queues/q/stats")).json()
+        assert stats["ready"] == 2
+    finally:
+        await client.close()
+        await redis_client.aclose()
 
 
 def test_a_readonly_reply_is_an_outage_to_retry_not_a_write_to_a_replica(

@@ -122,10 +122,14 @@ class AsyncSentinelRedis(redis.asyncio.Redis):
             await self.sentinels.aclose()
 
 
-def _sentinel_kwargs(parsed: SentinelUrl, server_options: dict[str, Any]) -> dict[str, Any]:
-    # With TLS, the Sentinels are verified as the servers are (same CA, same rules).
+def _sentinel_kwargs(parsed: SentinelUrl, server_options: dict[str, Any],
+                     retry: Any) -> dict[str, Any]:
+    # With TLS, the Sentinels are verified as the servers are (same CA, same rules). No
+    # retries per Sentinel: the next Sentinel is the retry. redis-py's default (10 tries with a
+    # growing pause) kept a client on a dead Sentinel, one that died with the primary's node,
+    # for seconds before it asked the next one.
     tls = {k: v for k, v in server_options.items() if k in _TLS_OPTIONS} if parsed.tls else {}
-    return {**tls, **parsed.sentinel_options}
+    return {**tls, "retry": retry, **parsed.sentinel_options}
 
 
 def connect(parsed: SentinelUrl, server_options: dict[str, Any]) -> SentinelRedis:
@@ -134,7 +138,9 @@ def connect(parsed: SentinelUrl, server_options: dict[str, Any]) -> SentinelRedi
     options = {k: v for k, v in server_options.items() if k != "ssl"}
     sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(parsed.sentinels), min_other_sentinels=parsed.min_other_sentinels,
-        sentinel_kwargs=_sentinel_kwargs(parsed, server_options), **options)
+        sentinel_kwargs=_sentinel_kwargs(parsed, server_options,
+                                         redis.retry.Retry(redis.backoff.NoBackoff(), 0)),
+        **options)
     client = sentinel.master_for(  # type: ignore[no-untyped-call]
         parsed.service, redis_class=SentinelRedis,
         connection_class=_PrimarySSLConnection if parsed.tls else _PrimaryConnection,
@@ -148,7 +154,9 @@ def connect_async(parsed: SentinelUrl, server_options: dict[str, Any]) -> AsyncS
     options = {k: v for k, v in server_options.items() if k != "ssl"}
     sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(parsed.sentinels), min_other_sentinels=parsed.min_other_sentinels,
-        sentinel_kwargs=_sentinel_kwargs(parsed, server_options), **options)
+        sentinel_kwargs=_sentinel_kwargs(parsed, server_options,
+                                         redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0)),
+        **options)
     client = sentinel.master_for(
         parsed.service, redis_class=AsyncSentinelRedis,
         connection_class=_AsyncPrimarySSLConnection if parsed.tls else _AsyncPrimaryConnection,
