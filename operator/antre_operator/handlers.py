@@ -3,7 +3,8 @@
 * one daemon per JobQueue runs ``reconciling.Reconciler.step()`` every polling interval;
 * JobQueue events wake that loop early when the spec changed (not on our own status writes);
 * child events (Deployments, CronJobs, Services labelled as ours) refresh the shared cache and
-  wake the owner's loop when a child was deleted or edited away from what we applied;
+  wake the owner's loop when a child was deleted or edited away from what we applied; their
+  watches carry a server-side label selector, so the cluster's other objects never reach us;
 * startup configures kopf and opens the API client and the metrics endpoint; cleanup closes them.
 
 Importing this module registers the handlers in kopf's default registry (``__main__`` does it).
@@ -25,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 JOBQUEUES = (settings.GROUP, settings.VERSION, settings.PLURAL)
 OURS = {settings.LABEL_MANAGED_BY: settings.MANAGED_BY}
+OURS_SELECTOR = ",".join(f"{key}={value}" for key, value in OURS.items())
 CHILD_RESOURCES = {
     "Deployment": ("apps", "v1", "deployments"),
     "CronJob": ("batch", "v1", "cronjobs"),
@@ -53,6 +55,13 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, ours: settings.Operator
     kopf_settings.watching.server_timeout = ours.watch_server_timeout_s
     kopf_settings.watching.client_timeout = ours.watch_client_timeout_s
     kopf_settings.watching.connect_timeout = 30
+    # Children are listed and watched with a server-side label selector: without it the API
+    # server streams every Deployment, CronJob and Service of the cluster to kopf, which keeps
+    # and filters them in this process (CPU and memory in proportion to other people's objects;
+    # bench/operator_scale.py). A child whose label is edited away leaves the watch as DELETED,
+    # which wakes its JobQueue's loop to put the label back.
+    for resource in CHILD_RESOURCES.values():
+        kopf_settings.watching.label_selectors[resource] = OURS_SELECTOR
     kopf_settings.networking.request_timeout = 60
     kopf_settings.networking.connect_timeout = 10
     # Peering (with --peering): a replica that stops renewing its keep-alive for this long is

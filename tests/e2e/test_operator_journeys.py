@@ -13,8 +13,9 @@ Then, as README and docs/operator.md tell a user, with the real kubectl:
 * examples/jobqueue-fixed.yaml (autoscaling off, API on): the API Deployment and Service appear;
   ``kubectl scale jq/reports --replicas=3`` goes through the /scale subresource and the worker
   Deployment follows;
-* hand edits of a child (replicas, image, env) are put back, labels others add are kept, a
-  deleted child comes back (with a Repaired Event); turning the API off removes its children;
+* hand edits of a child (replicas, image, env, the operator's own label) are put back, labels
+  others add are kept, a deleted child comes back (with a Repaired Event); turning the API off
+  removes its children;
 * ``kubectl delete jq``: the real garbage collector removes the children; ``--cascade=orphan``
   then re-creating the JobQueue: the children are adopted, not duplicated.
 
@@ -28,6 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from antre_operator import settings
 from antre_operator import spec as jobqueue_spec
 from redis_servers import wait_until
 
@@ -141,6 +143,9 @@ def test_hand_edits_are_put_back_and_foreign_labels_kept(served: Served) -> None
                     "-n", ns)
     cluster.kubectl("set", "env", "deployment/reports-worker", "ANTRE_CONCURRENCY=99", "-n", ns)
     cluster.kubectl("label", "deployment/reports-worker", "team=media", "-n", ns)
+    # Without the label the Deployment leaves the operator's label-selected watch (DELETED).
+    cluster.kubectl("label", "deployment/reports-worker", f"{settings.LABEL_MANAGED_BY}-",
+                    "-n", ns)
 
     worker_spec = jobqueue_spec.parse_jobqueue(
         name="reports", namespace=ns, spec=example("jobqueue-fixed")["spec"]).worker
@@ -148,7 +153,9 @@ def test_hand_edits_are_put_back_and_foreign_labels_kept(served: Served) -> None
     def repaired(deployment: dict[str, Any]) -> bool:
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         env = {e["name"]: e.get("value") for e in container["env"]}
+        labels = deployment["metadata"]["labels"]
         return (deployment["spec"]["replicas"] == 3 and container["image"] == worker_spec.image
+                and labels.get(settings.LABEL_MANAGED_BY) == settings.MANAGED_BY
                 and env.get("ANTRE_CONCURRENCY") == str(worker_spec.concurrency))
 
     worker = served.wait_child("deployment", "reports-worker", until=repaired,
