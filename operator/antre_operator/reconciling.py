@@ -4,9 +4,10 @@
 when the spec changes or a child is edited or deleted. Each step:
 
 1. parses the spec (``spec.py``); a bad spec gives a condition and an Event, nothing else;
-2. reads the queue's depth in ONE Redis round trip (``backlog.py``);
-3. decides the worker replicas (``scaling.py``, or spec.replicas when autoscaling is off); on a
-   Redis error it keeps the current replicas;
+2. reads the queue's depth in ONE Redis round trip (``backlog.py``), with the URL from the spec
+   or its Secret (``secret_reading.py``);
+3. decides the worker replicas (``scaling.py``: spec.replicas when autoscaling is off, the
+   current replicas on a Redis error);
 4. before lowering replicas, marks idle pods cheapest to delete (pod-deletion-cost);
 5. applies the children (``rendering.py`` + ``kube.py``), writing only what drifted;
 6. patches the status only when it changed (``status.py``).
@@ -18,20 +19,27 @@ in its own status and Events; other JobQueues have their own loops.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import dataclasses
 import datetime
 import json
 import logging
-import math
 import time
 from collections.abc import Mapping
 from typing import Any, Final
 
 import kopf
 
-from antre_operator import backlog, kube, metrics, rendering, scaling, settings, spec, status
+from antre_operator import (
+    backlog,
+    kube,
+    metrics,
+    rendering,
+    scaling,
+    secret_reading,
+    settings,
+    spec,
+    status,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +47,6 @@ ChildKey = tuple[str, str, str]
 """(kind, namespace, name) of a child object."""
 
 _MISSING: Final[Any] = object()
-#: How long a Redis URL read from a Secret is trusted before it is read again (rotation).
-SECRET_REFRESH_S: Final = 300.0
 #: Next step after a spec the operator cannot use: a fix of the spec wakes the loop anyway.
 INVALID_SPEC_RETRY_S: Final = 60.0
 #: Next step while the JobQueue is being deleted: kopf stops the loop before it comes.
@@ -99,14 +105,6 @@ def _now_iso() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-@dataclasses.dataclass
-class _Decision:
-    replicas: int
-    reason: str
-    note: str | None = None
-    """Why the autoscaler is limited or paused, for the Scaling condition."""
-
-
 class Reconciler:
     """The state one JobQueue's loop keeps between steps (all of it rebuildable on restart)."""
 
@@ -121,7 +119,7 @@ class Reconciler:
         self.last_scale_time: str | None = None
         self.eviction_warning: str | None = None
         self.eviction_checked_at: float | None = None
-        self._secret_url: tuple[spec.SecretKeyRef, str, float] | None = None
+        self.secrets = secret_reading.SecretReader(namespace=namespace)
         self._reported: dict[str, str] = {}
 
     @property
@@ -184,7 +182,7 @@ class Reconciler:
                       message="the worker Deployment is readable again")
 
         problem: status.Problem | None
-        url, problem = await self._redis_url(jq)
+        url, problem = await self.secrets.redis_url(self.kube, jq.redis)
         if problem is not None:
             self.state.metrics.errors.labels(self.namespace, self.name, problem.reason).inc()
             self._report(body, "config", reason=problem.reason, message=problem.message)
@@ -194,12 +192,16 @@ class Reconciler:
         reading, redis_error = await self._read(body, jq, url)
 
         current = self._current_replicas(jq, uid)
-        decision = self._decide(jq, reading, current, error=problem is not None or
-                                redis_error is not None)
+        # No reading when the URL is unknown or Redis failed: the decision then keeps what runs.
+        decision = scaling.decide_workers(
+            jq, backlog=None if reading is None else reading.numbers.backlog,
+            in_flight=0 if reading is None else reading.in_flight, current=current,
+            memory=self.memory, now_s=time.monotonic())
+        self.memory = decision.memory
         if current is not None and decision.replicas < current:
             marked = await self._prefer_idle_pods(jq)
             if not marked and jq.autoscaling.enabled:
-                decision = _Decision(current, "steady", "waiting to learn which pods are idle")
+                decision = scaling.hold_scale_down(decision, current)
 
         applied: int | None = decision.replicas
         try:
@@ -239,42 +241,6 @@ class Reconciler:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    async def _redis_url(self, jq: spec.JobQueueSpec) -> tuple[str | None, status.Problem | None]:
-        if jq.redis.url is not None:
-            return jq.redis.url, None
-        ref = jq.redis.url_secret
-        assert ref is not None
-        now = time.monotonic()
-        if (self._secret_url is not None and self._secret_url[0] == ref
-                and now - self._secret_url[2] < SECRET_REFRESH_S):
-            return self._secret_url[1], None
-        where = f"spec.redis.urlSecretRef: Secret {self.namespace}/{ref.name}"
-        try:
-            secret = await self.kube.get("Secret", self.namespace, ref.name)
-        except kube.KubeError as exc:
-            return None, status.Problem("SecretUnreadable", f"{where} cannot be read: {exc}")
-        if secret is None:
-            return None, status.Problem(
-                "SecretNotFound", f"{where} not found; create it with the Redis URL under key "
-                                  f"{ref.key!r}")
-        encoded = (secret.get("data") or {}).get(ref.key)
-        if encoded is None:
-            keys = sorted(secret.get("data") or {})
-            return None, status.Problem("SecretKeyNotFound",
-                                        f"{where} has no key {ref.key!r}; it has {keys}")
-        try:
-            url = base64.b64decode(encoded, validate=True).decode().strip()
-            spec.check_redis_url(url, field="url", tls=jq.redis.tls)
-        except (binascii.Error, UnicodeDecodeError):
-            return None, status.Problem("InvalidRedisUrl",
-                                        f"{where} key {ref.key!r} is not valid base64 text")
-        except spec.InvalidSpec as exc:
-            # Never echo the value: it may hold a password.
-            return None, status.Problem("InvalidRedisUrl",
-                                        f"{where} key {ref.key!r}: the URL {exc.allowed}")
-        self._secret_url = (ref, url, now)
-        return url, None
-
     async def _read(self, body: Any, jq: spec.JobQueueSpec,
                     url: str | None) -> tuple[backlog.Reading | None, str | None]:
         if url is None:
@@ -288,7 +254,7 @@ class Reconciler:
             reading = await self.reader.read()
             await self._check_eviction(body)
         except backlog.RedisReadError as exc:
-            self._secret_url = None  # the Secret may have been rotated: read it again next time
+            self.secrets.forget()  # the Secret may have been rotated: read it again next time
             self.state.metrics.errors.labels(self.namespace, self.name, "RedisUnreachable").inc()
             self._report(body, "redis", reason="RedisUnreachable",
                          message=f"{exc}; keeping the current replicas")
@@ -336,30 +302,6 @@ class Reconciler:
         live = self._own_worker(jq, uid) or {}
         ready = (live.get("status") or {}).get("readyReplicas")
         return ready if isinstance(ready, int) else 0
-
-    def _decide(self, jq: spec.JobQueueSpec, reading: backlog.Reading | None,
-                current: int | None, *, error: bool) -> _Decision:
-        policy = jq.autoscaling
-        if not policy.enabled:
-            self.memory = scaling.ScalerMemory()  # turned on again later: start a fresh window
-            return _Decision(jq.replicas, f"spec.replicas is {jq.replicas}")
-        if reading is None or error:
-            # Never scale on an error: keep what runs (or start at the floor if nothing does).
-            keep = current if current is not None else policy.min_replicas
-            return _Decision(keep, "steady", "paused: the queue could not be read")
-        decision = scaling.decide_replicas(
-            backlog=reading.numbers.backlog, in_flight=reading.in_flight, current=current or 0,
-            policy=policy, memory=self.memory, now_s=time.monotonic(),
-            slots_per_replica=jq.worker.concurrency)
-        self.memory = decision.memory
-        note = None
-        wanted = math.ceil(reading.numbers.backlog / policy.target_backlog_per_replica)
-        if wanted > policy.max_replicas:
-            note = (f"limited by maxReplicas {policy.max_replicas}: the backlog would need "
-                    f"{wanted}")
-        elif policy.max_scale_up_step is not None and decision.replicas < decision.recommended:
-            note = f"scaling up by at most {policy.max_scale_up_step} per poll"
-        return _Decision(decision.replicas, decision.reason, note)
 
     # -- applying ----------------------------------------------------------------------------------
 
@@ -440,7 +382,7 @@ class Reconciler:
             self._resolve(body, topic, reason="NotOursGone",
                           message=f"{kind} {name} is no longer a stranger's object in the way")
 
-    def _scaled(self, body: Any, current: int, decision: _Decision) -> None:
+    def _scaled(self, body: Any, current: int, decision: scaling.WorkerDecision) -> None:
         message = f"Scaled workers {current} -> {decision.replicas}: {decision.reason}"
         logger.info("%s/%s: %s", self.namespace, self.name, message)
         kopf.event(body, type="Normal", reason="Scaled", message=message)

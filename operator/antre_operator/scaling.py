@@ -17,6 +17,10 @@ the HPA split them:
 
 Memory starts empty; the first decision seeds it with the current replicas, so a restarted
 operator waits a full window before scaling anything down.
+
+:func:`decide_workers` is the whole decision a reconcile step takes: spec.replicas when
+autoscaling is off, the current replicas while the queue cannot be read (never scale on an
+error), else :func:`decide_replicas` with a note for the Scaling condition when a limit bites.
 """
 
 from __future__ import annotations
@@ -112,3 +116,48 @@ def decide_replicas(*, backlog: int, in_flight: int, current: int, policy: spec.
         reason=reason,
         memory=ScalerMemory(recommendations=tuple(window), last_active_s=last_active_s),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerDecision:
+    """The worker replicas one reconcile step applies, and why."""
+
+    replicas: int
+    reason: str
+    """Why the number, for the Scaled Event."""
+    note: str | None
+    """Why the autoscaler is limited or paused, for the Scaling condition; None: it is not."""
+    memory: ScalerMemory
+    """What to remember for the next decision."""
+
+
+def decide_workers(jq: spec.JobQueueSpec, *, backlog: int | None, in_flight: int,
+                   current: int | None, memory: ScalerMemory, now_s: float) -> WorkerDecision:
+    """The worker replicas for this step; ``backlog`` None: the queue could not be read;
+    ``current`` None: no worker Deployment of ours runs yet."""
+    policy = jq.autoscaling
+    if not policy.enabled:
+        # A fresh memory: turned on again later, autoscaling starts a fresh window.
+        return WorkerDecision(jq.replicas, f"spec.replicas is {jq.replicas}", None,
+                              ScalerMemory())
+    if backlog is None:
+        # Never scale on an error: keep what runs (or start at the floor if nothing does).
+        keep = current if current is not None else policy.min_replicas
+        return WorkerDecision(keep, "steady", "paused: the queue could not be read", memory)
+    decision = decide_replicas(backlog=backlog, in_flight=in_flight, current=current or 0,
+                               policy=policy, memory=memory, now_s=now_s,
+                               slots_per_replica=jq.worker.concurrency)
+    note = None
+    wanted = math.ceil(backlog / policy.target_backlog_per_replica)
+    if wanted > policy.max_replicas:
+        note = f"limited by maxReplicas {policy.max_replicas}: the backlog would need {wanted}"
+    elif policy.max_scale_up_step is not None and decision.replicas < decision.recommended:
+        note = f"scaling up by at most {policy.max_scale_up_step} per poll"
+    return WorkerDecision(decision.replicas, decision.reason, note, decision.memory)
+
+
+def hold_scale_down(decision: WorkerDecision, current: int) -> WorkerDecision:
+    """Keep ``current`` while it is unknown which pods are idle: pod-deletion-cost must mark
+    them before a scale-down, or the Deployment controller may delete a busy pod first."""
+    return dataclasses.replace(decision, replicas=current, reason="steady",
+                               note="waiting to learn which pods are idle")

@@ -3,8 +3,10 @@
 Aspects: ceil(backlog/target) clamped to [min, max]; never fewer replicas than hold the jobs in
 flight at spec.worker.concurrency each; activation gating 0 -> 1; bounded scale-up
 step; scale-down only after the stabilization window; zero only after the cooldown with nothing
-processing; a fresh memory never scales down; properties: always within [min, max], monotonic in
-the backlog, and no flapping inside the stabilization window.
+processing; a fresh memory never scales down; a step's whole decision (spec.replicas with
+autoscaling off, kept replicas while the queue cannot be read, the Scaling condition's notes, a
+held scale-down); properties: always within [min, max], monotonic in the backlog, and no flapping
+inside the stabilization window.
 """
 
 from __future__ import annotations
@@ -123,6 +125,60 @@ def test_cooldown_counts_from_the_last_work() -> None:
     d = scaling.decide_replicas(backlog=0, in_flight=0, current=1, policy=p, memory=d.memory,
                                 now_s=10.0, slots_per_replica=SLOTS)
     assert d.replicas == 0
+
+
+# -- a step's whole decision -------------------------------------------------------------------
+
+def jobqueue(**autoscaling: object) -> spec.JobQueueSpec:
+    return spec.parse_jobqueue(name="q", namespace="ns", spec={
+        "redis": {"url": "redis://redis:6379/0"}, "replicas": 3,
+        "autoscaling": {"minReplicas": 1, "maxReplicas": 4, "targetBacklogPerReplica": 100,
+                        **autoscaling}})
+
+
+def decide_workers(jq: spec.JobQueueSpec, *, backlog: int | None, current: int | None,
+                   memory: scaling.ScalerMemory | None = None) -> scaling.WorkerDecision:
+    if memory is None:
+        memory = scaling.ScalerMemory(recommendations=((0.0, 0),), last_active_s=0.0)
+    return scaling.decide_workers(jq, backlog=backlog, in_flight=0, current=current,
+                                  memory=memory, now_s=1000.0)
+
+
+def test_autoscaling_off_runs_spec_replicas_and_forgets_the_window() -> None:
+    d = decide_workers(jobqueue(enabled=False), backlog=10_000, current=1)
+    assert (d.replicas, d.reason, d.note) == (3, "spec.replicas is 3", None)
+    assert d.memory == scaling.ScalerMemory()
+
+
+@pytest.mark.parametrize("current, expected", [
+    pytest.param(2, 2, id="keeps-what-runs"),
+    pytest.param(None, 1, id="nothing-runs-starts-at-the-floor"),
+])
+def test_an_unread_queue_pauses_the_autoscaler(current: int | None, expected: int) -> None:
+    memory = scaling.ScalerMemory(recommendations=((990.0, 4),), last_active_s=990.0)
+    d = decide_workers(jobqueue(), backlog=None, current=current, memory=memory)
+    assert (d.replicas, d.note) == (expected, "paused: the queue could not be read")
+    assert d.memory == memory
+
+
+@pytest.mark.parametrize("autoscaling, backlog, replicas, note", [
+    pytest.param({}, 250, 3, None, id="within-limits"),
+    pytest.param({}, 900, 4, "limited by maxReplicas 4: the backlog would need 9", id="max"),
+    pytest.param({"maxScaleUpStep": 1}, 300, 2, "scaling up by at most 1 per poll", id="step"),
+])
+def test_the_scaling_condition_notes_a_limit_that_bites(
+        autoscaling: dict[str, object], backlog: int, replicas: int, note: str | None) -> None:
+    d = decide_workers(jobqueue(**autoscaling), backlog=backlog, current=1)
+    assert (d.replicas, d.note) == (replicas, note)
+
+
+def test_a_held_scale_down_keeps_the_current_replicas_and_the_new_memory() -> None:
+    d = decide_workers(jobqueue(), backlog=0, current=3)
+    assert d.replicas == 1
+    held = scaling.hold_scale_down(d, 3)
+    assert (held.replicas, held.reason, held.note) == (
+        3, "steady", "waiting to learn which pods are idle")
+    assert held.memory == d.memory
 
 
 # -- properties ---------------------------------------------------------------------------------
