@@ -120,6 +120,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     "redis-replication": {"redis": {"enabled": True, "architecture": "replication"},
                           "exampleJobQueue": {"enabled": True}},
+    "network-policies": {
+        "networkPolicy": {
+            "enabled": True,
+            "redis": {"extraIngress": [{"podSelector": {"matchLabels": {"app": "web"}}}]},
+            "operator": {"metricsFrom": [],
+                         "apiServerTo": [{"ipBlock": {"cidr": "10.0.0.0/8",
+                                                      "except": ["10.1.0.0/16"]}}],
+                         "dnsTo": [{"namespaceSelector": {}, "podSelector": {
+                             "matchLabels": {"k8s-app": "kube-dns"}}}]},
+        },
+        "redis": {"enabled": True, "architecture": "replication"},
+        "operator": {"watchNamespaces": ["team-a"]},
+    },
     "namespaced": {"operator": {"watchNamespaces": ["team-a", "team-b"]}},
     "peering": {"operator": {"replicaCount": 2, "podDisruptionBudget": {"enabled": True}}},
     "peering-namespaced": {"operator": {"replicaCount": 3, "watchNamespaces": ["team-a"]}},

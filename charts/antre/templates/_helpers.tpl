@@ -217,3 +217,46 @@ The Secret holding the example JobQueue's API token, when the chart generates it
 {{- define "antre.example.apiTokenSecretName" -}}
 {{- printf "%s-%s-api-token" (include "antre.fullname" .) .Values.exampleJobQueue.name | trunc 63 | trimSuffix "-" }}
 {{- end }}
+
+{{/*
+The ports a client of the chart's Redis connects to, as NetworkPolicy ports: Redis, and with
+the replicated architecture the Sentinels.
+*/}}
+{{- define "antre.redis.networkPolicyPorts" -}}
+- port: 6379
+  protocol: TCP
+{{- if include "antre.redis.replicated" . }}
+- port: {{ .Values.redis.sentinel.port }}
+  protocol: TCP
+{{- end }}
+{{- end }}
+
+{{/*
+The namespaceSelector of the namespaces whose JobQueue pods may reach the chart's Redis:
+networkPolicy.redis.jobQueueNamespaces, else operator.watchNamespaces; empty for every namespace.
+kubernetes.io/metadata.name is set by the API server on every namespace and cannot be changed.
+*/}}
+{{- define "antre.networkPolicy.jobQueueNamespaces" -}}
+{{- $names := .Values.networkPolicy.redis.jobQueueNamespaces | default .Values.operator.watchNamespaces }}
+{{- if $names -}}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: In
+    values:
+      {{- toYaml $names | nindent 6 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The podSelector of the pods the operator renders for JobQueues (antre_operator.rendering): the
+workers, the reaper's Jobs and the API.
+*/}}
+{{- define "antre.networkPolicy.jobQueuePods" -}}
+matchLabels:
+  app.kubernetes.io/name: antre
+  app.kubernetes.io/managed-by: antre-operator
+matchExpressions:
+  - key: app.kubernetes.io/component
+    operator: In
+    values: [worker, reaper, api]
+{{- end }}
