@@ -118,6 +118,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
                   "persistence": {"enabled": False}},
         "exampleJobQueue": {"enabled": True},
     },
+    "gitops-existing-secrets": {
+        "redis": {"enabled": True, "architecture": "replication",
+                  "auth": {"existingSecret": "redis-creds"}},
+        "exampleJobQueue": {"enabled": True, "spec": {"api": {"enabled": True}},
+                            "apiToken": {"existingSecret": "api-creds"}},
+    },
     "redis-replication": {"redis": {"enabled": True, "architecture": "replication"},
                           "exampleJobQueue": {"enabled": True}},
     "network-policies": {

@@ -260,3 +260,31 @@ matchExpressions:
     operator: In
     values: [worker, reaper, api]
 {{- end }}
+
+{{/*
+The example JobQueue's spec.api.tokenSecretRef as YAML (use with fromYaml): the spec's own,
+else exampleJobQueue.apiToken.existingSecret, else the Secret the chart generates. Naming it
+twice is refused, so that no value is silently ignored.
+*/}}
+{{- define "antre.example.apiTokenRef" -}}
+{{- $api := .Values.exampleJobQueue.spec.api | default dict }}
+{{- $existing := .Values.exampleJobQueue.apiToken.existingSecret }}
+{{- if and $api.tokenSecretRef $existing }}
+{{- fail "exampleJobQueue.apiToken.existingSecret and exampleJobQueue.spec.api.tokenSecretRef both name the API token's Secret: set only one" }}
+{{- end }}
+{{- if $api.tokenSecretRef }}
+{{- toYaml $api.tokenSecretRef }}
+{{- else if $existing }}
+{{- toYaml (dict "name" $existing "key" .Values.exampleJobQueue.apiToken.existingSecretKey) }}
+{{- else }}
+{{- toYaml (dict "name" (include "antre.example.apiTokenSecretName" .) "key" "token") }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when the chart generates the example JobQueue's API token Secret, else "".
+*/}}
+{{- define "antre.example.generatesApiToken" -}}
+{{- $api := .Values.exampleJobQueue.spec.api | default dict }}
+{{- if and .Values.exampleJobQueue.enabled $api.enabled (not $api.tokenSecretRef) (not .Values.exampleJobQueue.apiToken.existingSecret) }}true{{ end }}
+{{- end }}
