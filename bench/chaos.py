@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import json
 import random
 import signal
 import sys
@@ -38,6 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import antre
+import antre.jobs
 
 from bench import _harness as h
 
@@ -237,13 +237,12 @@ def analyse(report: ChaosReport, r: Any, settings: antre.QueueSettings, ids: lis
             continue
         runs = records_by_job.get(job_id, [])
         report.executions[len(runs)] += 1
-        events = [json.loads(v) for k, v in fields.items() if k.startswith("h:")]
-        events.sort(key=lambda e: e["n"])
+        events = antre.jobs.read_history(fields)
         if int(fields.get("events", 0)) > len(events):
             report.histories_truncated += 1
             continue
-        kinds = collections.Counter(e["event"] for e in events)
-        claims = collections.Counter(e.get("attempt") for e in events if e["event"] == "claimed")
+        kinds = collections.Counter(e.event for e in events)
+        claims = collections.Counter(e.attempt for e in events if e.event == "claimed")
         # Every run had a claim of its own (same attempt number), never two runs on one claim.
         run_attempts = collections.Counter(runs)
         if any(count > claims.get(attempt, 0) for attempt, count in run_attempts.items()):

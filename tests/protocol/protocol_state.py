@@ -12,6 +12,7 @@ import itertools
 import json
 from typing import Any
 
+from antre import jobs
 from antre.protocol import scripts
 from antre.settings import QueueSettings
 
@@ -62,9 +63,7 @@ def seed_job(r: Any, qs: QueueSettings, job_id: str, *, status: str = "queued", 
 
 
 def history(fields: dict[str, str]) -> list[str]:
-    entries = sorted((json.loads(v) for name, v in fields.items() if name.startswith("h:")),
-                     key=lambda e: e["n"])
-    return [e["event"] for e in entries]
+    return [entry.event for entry in jobs.read_history(fields)]
 
 
 def dump(r: Any, qs: QueueSettings) -> dict[str, Any]:

@@ -44,7 +44,9 @@ def test_enqueue_one_writes_record_and_pushes_left(redis_client, qs, queue):
     }
     assert state["jobs"][second.job_id]["max_attempts"] == str(qs.max_attempts)
     record = redis_client.hgetall(qs.keys.job(first.job_id))
-    assert before <= int(record["created_at"]) == int(record["queued_at"]) <= after
+    assert before <= int(record["created_at"]) <= after
+    # Ready since it was created: no queued_at or updated_at until they differ from created_at.
+    assert "queued_at" not in record and "updated_at" not in record
     assert redis_client.ttl(qs.keys.job(first.job_id)) == -1  # a live job never expires
     assert_invariants(redis_client, qs)
 

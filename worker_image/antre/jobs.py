@@ -8,9 +8,9 @@ import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 T = TypeVar("T")
 
@@ -156,14 +156,8 @@ class JobInfo:
         """Never raises for a record that has an id: a reader exists to show what is stored,
         including the record a foreign producer got wrong. What cannot be decoded is kept as
         the stored text; numbers that cannot be read count as 0."""
-        history = []
-        steps: dict[str, Any] = {}
-        for name, value in fields.items():
-            if name.startswith("h:"):
-                history.append(_history_event(name, value))
-            elif name.startswith("step:"):
-                steps[name[5:]] = _json_or_text(value)
-        history.sort(key=lambda event: event.n)
+        steps = {name[5:]: _json_or_text(value) for name, value in fields.items()
+                 if name.startswith("step:")}
         payload_text = fields.get("payload", "null")
         payload_error = None
         try:
@@ -176,9 +170,11 @@ class JobInfo:
             status=JobStatus(status) if status in _STATUSES else status,
             attempt=_int(fields.get("attempt")), max_attempts=_int(fields.get("max_attempts")),
             idempotency_key=fields.get("idempotency_key"), resource_key=fields.get("resource_key"),
-            created_at_ms=_int(fields.get("created_at")), updated_at_ms=_int(fields.get("updated_at")),
+            created_at_ms=_int(fields.get("created_at")),
+            # A job not changed since its enqueue has no updated_at.
+            updated_at_ms=_int(fields.get("updated_at", fields.get("created_at"))),
             last_error=fields.get("last_error"), worker=fields.get("worker"),
-            outcome=fields.get("outcome"), history=tuple(history), steps=steps,
+            outcome=fields.get("outcome"), history=read_history(fields), steps=steps,
             payload_error=payload_error,
         )
 
@@ -223,13 +219,45 @@ def _json_or_text(value: str) -> Any:
         return value
 
 
-def _history_event(name: str, value: str) -> HistoryEvent:
+#: Ring slots of the history (HISTORY_SLOTS in _prelude.lua).
+HISTORY_SLOTS: Final = 32
+#: The worker of an entry written by the run that the latest entry naming a worker claimed.
+SAME_WORKER: Final = "^"
+
+
+def read_history(fields: dict[str, str]) -> tuple[HistoryEvent, ...]:
+    """The lifecycle history of a record, oldest first: compact entries
+    (``event|at hex|attempt|worker|error``, see _prelude.lua) and the JSON entries of records
+    written before them. A ``^`` worker is the one the previous entry naming a worker gives."""
+    events = _int(fields.get("events"))
+    entries = sorted((_history_event(name, value, events) for name, value in fields.items()
+                      if name.startswith("h:")), key=lambda event: event.n)
+    worker = None
+    resolved = []
+    for entry in entries:
+        if entry.worker == SAME_WORKER:
+            entry = replace(entry, worker=worker)
+        elif entry.worker is not None:
+            worker = entry.worker
+        resolved.append(entry)
+    return tuple(resolved)
+
+
+def _history_event(name: str, value: str, events: int) -> HistoryEvent:
+    slot = _int(name[2:])
     try:
+        if not value.startswith("{"):
+            event, at_hex, attempt, *rest = value.split("|", 4)
+            # The newest entry number <= events that lands in this slot.
+            n = events - (events - slot) % HISTORY_SLOTS
+            return HistoryEvent(n=n, event=event, at_ms=int(at_hex, 16),
+                                attempt=int(attempt) if attempt else None,
+                                worker=rest[0] if rest and rest[0] else None,
+                                error=rest[1] if len(rest) > 1 else None)
         raw = json.loads(value)
         return HistoryEvent(n=int(raw["n"]), event=str(raw["event"]), at_ms=int(raw["at"]),
                             attempt=raw.get("attempt"), worker=raw.get("worker"),
                             error=raw.get("error"))
     except (ValueError, TypeError, KeyError, AttributeError):
         # Shown where its ring slot puts it, with what is stored.
-        slot = _int(name[2:])
         return HistoryEvent(n=slot, event="unreadable", at_ms=0, error=value[:500])

@@ -22,14 +22,20 @@ end
 -- History is a ring of HISTORY_SLOTS hash fields h:<n % slots> inside the job hash, so
 -- it expires with the job and costs no extra key. Returns the field/value pair to add
 -- to the caller's HSET, which keeps every transition at one write per job.
+-- An entry is '<event>|<at: ms, hex>|<attempt>|<worker>|<error>', trailing empty parts left
+-- out; its number n is known from its slot and the record's `events` counter. The worker is '^'
+-- (SAME_WORKER) for a step of the run that the same attempt's `claimed` entry names, so a
+-- claimed record keeps every value under Redis's 64-byte listpack limit (hash-max-listpack-value)
+-- and stays a compact listpack instead of turning into a hashtable (about 3x the memory).
 local HISTORY_SLOTS = 32
+local SAME_WORKER = '^'
 local function history_entry(events, event, at, attempt, worker, err)
   local n = (tonumber(events) or 0) + 1
-  local entry = {n = n, event = event, at = at}
-  if attempt then entry.attempt = tonumber(attempt) end
-  if worker and worker ~= '' then entry.worker = worker end
-  if err and err ~= '' then entry.error = err end
-  return n, 'h:' .. (n % HISTORY_SLOTS), cjson.encode(entry)
+  local entry = event .. '|' .. string.format('%x', at) .. '|' .. (tonumber(attempt) or '')
+  local has_error = err and err ~= ''
+  if (worker and worker ~= '') or has_error then entry = entry .. '|' .. (worker or '') end
+  if has_error then entry = entry .. '|' .. err end
+  return n, 'h:' .. (n % HISTORY_SLOTS), entry
 end
 
 -- Moves a job to the dead letters with its reason; the caller counts it in the stats. `extra`
@@ -188,11 +194,12 @@ local function expire_lease(job_key, id, f, now, ready_key, dead_key, lock_prefi
   local reason = 'lease expired during attempt ' .. attempt .. ' (worker '
     .. (f[7] or '?') .. ' lost or frozen past its lease, or cut off from Redis)'
   if attempt >= max_attempts then
-    dead_letter(job_key, dead_key, id, now, f[6], attempt, f[7], reason,
+    dead_letter(job_key, dead_key, id, now, f[6], attempt, SAME_WORKER, reason,
       {'expired_lease', f[2] or ''})
     return 'dead'
   end
-  local n, hfield, hvalue = history_entry(f[6], 'lease_expired', now, attempt, f[7], reason)
+  local n, hfield, hvalue = history_entry(f[6], 'lease_expired', now, attempt, SAME_WORKER,
+    reason)
   redis.call('HSET', job_key, 'status', 'queued', 'last_error', reason, 'updated_at', now,
     'queued_at', now, 'events', n, hfield, hvalue)
   -- To the head: it has waited a whole lease already.

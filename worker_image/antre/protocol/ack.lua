@@ -72,7 +72,7 @@ local function settle_done(id, lease, f, note)
   local job_key = job_prefix .. id
   local digest = f[5] and read_fields(job_key, 'idempotency_digest')[1]
   if done_ttl_ms > 0 then
-    local n, hfield, hvalue = history_entry(f[6], 'acked', now, f[7], worker, note)
+    local n, hfield, hvalue = history_entry(f[6], 'acked', now, f[7], SAME_WORKER, note)
     redis.call('HSET', job_key, 'status', 'done', 'outcome', 'succeeded', 'updated_at', now,
       'finished_at', now, 'events', n, hfield, hvalue)
     redis.call('PEXPIRE', job_key, done_ttl_ms)

@@ -24,7 +24,9 @@ end
 local oldest_age = -1
 if ready > 0 then
   local next_id = redis.call('LINDEX', ready_key, -1)
-  local queued_at = tonumber(read_fields(ARGV[1] .. next_id, 'queued_at')[1])
+  -- A fresh job has no queued_at: it became ready when it was created.
+  local f = read_fields(ARGV[1] .. next_id, 'queued_at', 'created_at')
+  local queued_at = tonumber(f[1]) or tonumber(f[2])
   if queued_at then oldest_age = math.max(now - queued_at, 0) end
 end
 return {

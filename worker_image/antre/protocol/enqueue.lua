@@ -120,12 +120,16 @@ for j = 1, count do
   else
     local status, entry_event = 'queued', 'enqueued'
     if delay_ms > 0 then status = 'scheduled' end
+    -- updated_at and queued_at are left out while they equal created_at (readers fall back to
+    -- it): two fewer values keep a queued record smaller.
     local fields = {
       'id', id, 'type', job_type, 'payload', payload, 'status', status,
-      'attempt', 0, 'max_attempts', max_attempts, 'lease', 0,
-      'created_at', now, 'updated_at', now, 'queued_at', now + delay_ms,
+      'attempt', 0, 'max_attempts', max_attempts, 'lease', 0, 'created_at', now,
       'schema_version', 1,
     }
+    if delay_ms > 0 then
+      fields[#fields + 1] = 'queued_at'; fields[#fields + 1] = now + delay_ms
+    end
     if idem ~= '' then
       fields[#fields + 1] = 'idempotency_key'; fields[#fields + 1] = idem
       fields[#fields + 1] = 'idempotency_digest'; fields[#fields + 1] = plan[j].digest

@@ -66,7 +66,7 @@ for j, id in ipairs(ids) do
       -- of the 32-entry ring. Later beats only stamp the time.
       redis.call('HSET', job_key, 'updated_at', now, 'extended_at', now)
     else
-      local n, hfield, hvalue = history_entry(f[5], 'extended', now, f[6], worker, nil)
+      local n, hfield, hvalue = history_entry(f[5], 'extended', now, f[6], SAME_WORKER, nil)
       redis.call('HSET', job_key, 'updated_at', now, 'extended_at', now, 'extended_lease', lease,
         'events', n, hfield, hvalue)
     end

@@ -43,14 +43,14 @@ end
 local attempt, max_attempts = tonumber(f[5]) or 0, tonumber(f[6]) or 0
 if refund then attempt = math.max(attempt - 1, 0) end
 if delay_ms < 0 or attempt >= max_attempts then
-  dead_letter(job_key, dead_key, id, now, f[7], attempt, worker, err,
+  dead_letter(job_key, dead_key, id, now, f[7], attempt, SAME_WORKER, err,
     {'attempt', attempt, unpack(extra)})
   redis.call('HINCRBY', stats_key, 'dead', 1)
   return {'dead', now}
 end
 
 local due = now + delay_ms
-local n, hfield, hvalue = history_entry(f[7], 'retrying', now, attempt, worker, err)
+local n, hfield, hvalue = history_entry(f[7], 'retrying', now, attempt, SAME_WORKER, err)
 redis.call('HSET', job_key, 'status', 'retrying', 'attempt', attempt, 'last_error', err,
   'updated_at', now, 'queued_at', due, 'events', n, hfield, hvalue, unpack(extra))
 redis.call('ZADD', retry_key, due, id)

@@ -54,13 +54,14 @@ for _, record in ipairs(records) do
   if attempt >= (tonumber(f[8]) or 0) then
     extra[#extra + 1] = 'attempt'
     extra[#extra + 1] = attempt
-    dead_letter(job_key, dead_key, id, now, f[5], attempt, worker, reason .. '; released '
+    dead_letter(job_key, dead_key, id, now, f[5], attempt, SAME_WORKER, reason
+      .. '; released '
       .. releases .. ' times without finishing, out of attempts (is the grace period shorter '
       .. 'than the job?)', extra)
     dead = dead + 1
   else
     -- The history names the run released (f[3]); the counter may step back for the next claim.
-    local n, hfield, hvalue = history_entry(f[5], 'released', now, f[3], worker, reason)
+    local n, hfield, hvalue = history_entry(f[5], 'released', now, f[3], SAME_WORKER, reason)
     redis.call('HSET', job_key, 'status', 'queued', 'attempt', attempt, 'updated_at', now,
       'queued_at', now, 'events', n, hfield, hvalue, unpack(extra))
     redis.call('RPUSH', ready_key, id)

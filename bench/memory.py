@@ -1,0 +1,115 @@
+"""Redis memory per job record, in each state a record is kept in: queued, finished (done, kept
+for ``done_ttl_s``) and dead. It reports; it asserts nothing.
+
+For each state ``--jobs`` no-op jobs (small payload) are brought there through the real scripts
+(enqueue_many; claim and ack; claim and a permanent fail) and the ``used_memory`` delta of INFO
+memory is divided by the number of jobs; ``MEMORY USAGE`` and ``OBJECT ENCODING`` of a sample
+record say where it goes. The worker id is a Kubernetes-like one (pod name, pid, random), as
+the default ``<hostname>-<pid>-<random>`` gives inside a pod.
+
+    python bench/memory.py                  # 100,000 jobs per state, ~1 min
+    python bench/memory.py --jobs 10000     # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Callable
+
+import redis
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import antre
+from antre.protocol import ack, claim, fail, scripts
+
+from bench import _harness as h
+
+WORKER_ID = "emails-worker-7d9f8b6c5d-x2x4z-1-a1b2c3"
+BATCH = 1000
+#: A short error (the exception's class and message), and one past the 64-byte listpack limit.
+ERROR = "ValueError: boom"
+LONG_ERROR = ("ConnectionError: Error 111 connecting to smtp.internal.example.com:587. "
+              "Connection refused.")
+
+
+def _used(r: redis.Redis) -> int:
+    return int(r.info("memory")["used_memory"])
+
+
+def _measure(r: redis.Redis, bring: Callable[[], None], jobs: int) -> float:
+    r.flushall()
+    with contextlib.suppress(redis.ResponseError):
+        r.memory_purge()
+    before = _used(r)
+    bring()
+    return (_used(r) - before) / jobs
+
+
+def _sample(r: redis.Redis, qs: antre.QueueSettings) -> str:
+    key = next(r.scan_iter(match=qs.keys.job_prefix + "*", count=1000))
+    return f"MEMORY USAGE {r.memory_usage(key)} B, {r.object('encoding', key)}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--rate", type=float, default=100.0,
+                        help="jobs/s for the cost of a day of finished records")
+    parser.add_argument("--listpack-value", type=int, default=64,
+                        help="the server's hash-max-listpack-value (Redis's default: 64)")
+    args = parser.parse_args()
+    server = h.start_redis("--hash-max-listpack-value", str(args.listpack_value))
+    try:
+        r = redis.Redis.from_url(server.url, decode_responses=True)
+        qs = antre.QueueSettings(name="bench")
+        ws = antre.WorkerSettings()
+        queue = antre.Queue.from_url(server.url, settings=qs)
+
+        def enqueue(max_attempts: int = 5) -> None:
+            job = {"type": "noop", "payload": {"n": 1}, "max_attempts": max_attempts}
+            for _ in range(0, args.jobs, BATCH):
+                queue.enqueue_many([job] * BATCH)
+
+        def claimed() -> list[tuple[str, int]]:
+            result = scripts.run(r, claim.claim_op(qs, ws, worker_id=WORKER_ID, max_jobs=BATCH))
+            return [(job.id, job.lease) for job in result.jobs]
+
+        def finish() -> None:
+            enqueue()
+            while leases := claimed():
+                scripts.run(r, ack.ack_op(qs, leases, worker_id=WORKER_ID))
+
+        def kill(error: str) -> Callable[[], None]:
+            def bring() -> None:
+                enqueue(max_attempts=1)
+                while leases := claimed():
+                    for lease in leases:
+                        scripts.run(r, fail.fail_op(qs, lease, error=error, retry_delay_ms=None,
+                                                    worker_id=WORKER_ID))
+            return bring
+
+        rows = []
+        for state, bring in (("queued", enqueue), ("finished (done, kept)", finish),
+                             (f"dead, {len(ERROR)}-character error", kill(ERROR)),
+                             (f"dead, {len(LONG_ERROR)}-character error", kill(LONG_ERROR))):
+            per_job = _measure(r, bring, args.jobs)
+            rows.append([state, f"{per_job:,.0f}", _sample(r, qs)])
+            if state.startswith("finished"):
+                day = per_job * args.rate * 86_400
+        queue.close()
+        print(f"Redis {r.info('server')['redis_version']} (hash-max-listpack-value "
+              f"{args.listpack_value}), {args.jobs:,} jobs per state, "
+              f"{h.load_line()}\n")
+        print(h.table(["state", "bytes/job (INFO used_memory)", "sample record"], rows))
+        print(f"\nA day of finished records at {args.rate:,.0f} jobs/s (done_ttl_s one day): "
+              f"{day / 2**30:,.2f} GiB")
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
