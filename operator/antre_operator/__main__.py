@@ -2,6 +2,8 @@
 
     antre-operator [--namespace NS ... | --all-namespaces] [--standalone | --peering NAME]
                    [--priority N] [--metrics-port N] [--liveness URL] [--verbose | --debug]
+                   [--allowed-image-registry PREFIX ...] [--allowed-service-account NAME ...]
+                   [--allowed-redis-host PATTERN ...] [--allow-operator-namespace]
 
 Standalone (no peering) by default: one replica. With ``--peering NAME`` several replicas run
 and kopf's peering lets the one with the highest priority act (the kopf peering CRDs must be
@@ -55,6 +57,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="serve Prometheus metrics on this port; 0 disables (default 8000)")
     parser.add_argument("--liveness", metavar="URL",
                         help="kopf's liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    policy = parser.add_argument_group(
+        "what JobQueues may ask for (docs/security.md)",
+        "Each allow-list is empty by default (anything); give an option several times for "
+        "several entries. A JobQueue asking for more gets a NotAllowed condition and no pods.")
+    policy.add_argument("--allowed-image-registry", action="append", default=[],
+                        metavar="PREFIX", help="worker images must be under this registry path, "
+                        "e.g. ghcr.io/acme (docker.io/library/ for official images)")
+    policy.add_argument("--allowed-service-account", action="append", default=[],
+                        metavar="NAME", help="a ServiceAccount spec.worker.serviceAccountName "
+                        "may name")
+    policy.add_argument("--allowed-redis-host", action="append", default=[], metavar="PATTERN",
+                        help="a host the operator connects to for a JobQueue (fnmatch pattern, "
+                        "e.g. '*.redis.svc.cluster.local'); the hosts of Secret URLs too")
+    policy.add_argument("--allow-operator-namespace", action="store_true",
+                        help="serve JobQueues in the operator's own namespace (POD_NAMESPACE); "
+                        "its ServiceAccount stays refused")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more")
     parser.add_argument("--debug", action="store_true", help="log everything, kopf included")
     args = parser.parse_args(argv)
@@ -64,7 +82,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def settings_from_args(args: argparse.Namespace) -> settings.OperatorSettings:
+    policy = settings.JobQueuePolicy(
+        allow_operator_namespace=args.allow_operator_namespace,
+        image_registries=tuple(args.allowed_image_registry),
+        service_accounts=tuple(args.allowed_service_account),
+        redis_hosts=tuple(args.allowed_redis_host))
     return settings.OperatorSettings.from_env(
+        policy=policy,
         namespaces=tuple(args.namespace),
         peering=args.peering,
         metrics_port=args.metrics_port or None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import re
 from collections.abc import Awaitable
 from typing import Any, Final, TypeVar
 from urllib.parse import parse_qsl, urlsplit
@@ -29,7 +30,31 @@ MAX_RECORDS_READ: Final = 1000
 
 
 class RedisReadError(Exception):
-    """Redis could not be read (unreachable, timed out, or answered with an error)."""
+    """Redis could not be read (unreachable, timed out, or answered with an error).
+
+    ``str()`` is what the JobQueue's status and Events show: the same words whatever failed
+    before Redis answered as Redis (a closed port, a silent one, another protocol, TLS, the
+    credentials), and no byte a server sent, so the operator tells a JobQueue author nothing
+    about the network that a port scanner would. ``detail`` (password redacted) is for the
+    operator's log.
+    """
+
+    def __init__(self, message: str, *, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail or message
+
+
+#: The first word of a Redis error reply ("NOPERM", "OOM"), the only part of one shown.
+_ERROR_CODE_RE: Final = re.compile(r"[A-Z][A-Z_]{1,30}")
+#: What the status says of any failure before Redis answered as Redis.
+NO_REDIS_MESSAGE: Final = (
+    "no Redis answered (the connection was refused, timed out or closed, the server does not "
+    "speak Redis or TLS as the URL says, or it refused the credentials; the operator's log has "
+    "the cause)")
+#: Failures before Redis answered as Redis: one message for all of them.
+_NO_REDIS: Final = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                    redis.exceptions.InvalidResponse, antre.RedisUnavailable, OSError,
+                    TimeoutError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,19 +102,26 @@ class QueueReader:
             try:
                 self._client = connection.connect_async(self.url)
             except antre.InvalidArgument as exc:
-                raise RedisReadError(self._scrub(str(exc))) from None
+                message = self._scrub(str(exc))
+                raise RedisReadError(message, detail=message) from None
             self._queue = antre.AsyncQueue(self._client, self._queue_name, prefix=self._prefix)
         return self._queue
 
     async def _call(self, awaitable: Awaitable[T]) -> T:
+        where = connection.redact(self.url)
         try:
             return await asyncio.wait_for(awaitable, timeout=self.timeout_s)
-        except TimeoutError:
+        except _NO_REDIS as exc:
+            detail = (f"no answer within {self.timeout_s:g}s" if isinstance(exc, TimeoutError)
+                      else str(exc) or type(exc).__name__)
+            raise RedisReadError(f"{where}: {NO_REDIS_MESSAGE}",
+                                 detail=self._scrub(f"{where}: {detail}")) from None
+        except (antre.AntreError, redis.exceptions.RedisError) as exc:
+            code = _ERROR_CODE_RE.match(str(exc))
             raise RedisReadError(
-                f"no answer from {connection.redact(self.url)} within {self.timeout_s:g}s"
-            ) from None
-        except (antre.AntreError, redis.exceptions.RedisError, OSError) as exc:
-            raise RedisReadError(self._scrub(f"{connection.redact(self.url)}: {exc}")) from None
+                f"{where}: Redis refused the command"
+                + (f" ({code.group(0)})" if code else ""),
+                detail=self._scrub(f"{where}: {exc}")) from None
 
     async def read(self) -> Reading:
         """Depth in one round trip."""

@@ -14,6 +14,7 @@ import os
 import ssl
 from collections.abc import Mapping
 from typing import Any, Final
+from urllib.parse import quote
 
 import aiohttp
 import kubernetes
@@ -137,15 +138,43 @@ def check_owned(desired: Mapping[str, Any], live: Mapping[str, Any]) -> None:
         raise NotOwned(desired["kind"], meta["namespace"], meta["name"], controller)
 
 
+def segment(value: str) -> str:
+    """``value`` as one path segment: percent-encoded, and never "." or ".." (which HTTP
+    clients and servers collapse, so "../../kube-system/secrets/x" as a name would reach
+    another namespace). Names are checked against the object-name pattern before they get
+    here; this is the second line."""
+    if value in ("", ".", ".."):
+        raise ValueError(f"not an object name: {value!r}")
+    return quote(value, safe="")
+
+
 def path_of(kind: str, namespace: str, name: str | None = None, subresource: str | None = None,
             ) -> str:
     prefix, plural = RESOURCES[kind]
-    path = f"{prefix}/namespaces/{namespace}/{plural}"
+    path = f"{prefix}/namespaces/{segment(namespace)}/{plural}"
     if name is not None:
-        path += f"/{name}"
+        path += f"/{segment(name)}"
     if subresource is not None:
         path += f"/{subresource}"
     return path
+
+
+class NotAskedFor(KubeError):
+    """The API server answered with another object than the one asked for."""
+
+    def __init__(self, kind: str, namespace: str, name: str, got: Mapping[str, Any]) -> None:
+        meta = got.get("metadata") or {}
+        Exception.__init__(self, f"asked for {kind} {namespace}/{name}, got "
+                                 f"{got.get('kind')} {meta.get('namespace')}/{meta.get('name')}")
+        self.status = 0
+
+
+def check_identity(kind: str, namespace: str, name: str, got: Mapping[str, Any]) -> None:
+    """Raise :class:`NotAskedFor` unless ``got`` is ``kind`` ``namespace/name``."""
+    meta = got.get("metadata") or {}
+    if (meta.get("namespace"), meta.get("name")) != (namespace, name) or (
+            got.get("kind") not in (None, kind)):
+        raise NotAskedFor(kind, namespace, name, got)
 
 
 def patch_body(desired: Any) -> Any:
@@ -251,12 +280,16 @@ class KubeClient:
                             ) from exc
 
     async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object, None when it does not exist; :class:`NotAskedFor` when the answer is
+        another object (the operator acts on what it reads: a Secret's URL, a child's owner)."""
         try:
-            return dict(await self.request("GET", path_of(kind, namespace, name)))
+            got = dict(await self.request("GET", path_of(kind, namespace, name)))
         except KubeError as exc:
             if exc.status == 404:
                 return None
             raise
+        check_identity(kind, namespace, name, got)
+        return got
 
     async def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         meta = manifest["metadata"]

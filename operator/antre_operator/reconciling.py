@@ -33,6 +33,7 @@ from antre_operator import (
     backlog,
     kube,
     metrics,
+    policy,
     rendering,
     scaling,
     secret_reading,
@@ -47,6 +48,8 @@ ChildKey = tuple[str, str, str]
 """(kind, namespace, name) of a child object."""
 
 _MISSING: Final[Any] = object()
+#: Problems with the Redis URL of a Secret for which no child is created or changed.
+URL_REFUSED: Final = frozenset({"InvalidRedisUrl", policy.NotAllowed.reason})
 #: Next step after a spec the operator cannot use: a fix of the spec wakes the loop anyway.
 INVALID_SPEC_RETRY_S: Final = 60.0
 #: Next step while the JobQueue is being deleted: kopf stops the loop before it comes.
@@ -119,7 +122,8 @@ class Reconciler:
         self.last_scale_time: str | None = None
         self.eviction_warning: str | None = None
         self.eviction_checked_at: float | None = None
-        self.secrets = secret_reading.SecretReader(namespace=namespace)
+        self.secrets = secret_reading.SecretReader(namespace=namespace,
+                                                   policy=state.settings.policy)
         self._reported: dict[str, str] = {}
 
     @property
@@ -157,10 +161,11 @@ class Reconciler:
             jq = spec.parse_jobqueue(name=self.name, namespace=self.namespace,
                                      spec=body.get("spec") or {})
             rendering.check_name(jq.name)
+            policy.check_jobqueue(jq, self.state.settings.policy)
         except spec.InvalidSpec as exc:
-            self.state.metrics.errors.labels(self.namespace, self.name, "InvalidSpec").inc()
-            self._report(body, "spec", reason="InvalidSpec", message=str(exc))
-            invalid = status.Problem("InvalidSpec", str(exc))
+            self.state.metrics.errors.labels(self.namespace, self.name, exc.reason).inc()
+            self._report(body, "spec", reason=exc.reason, message=str(exc))
+            invalid = status.Problem(exc.reason, str(exc))
             await self._write_status(body, status.Observation(generation=generation,
                                                               problem=invalid))
             return INVALID_SPEC_RETRY_S
@@ -205,7 +210,12 @@ class Reconciler:
 
         applied: int | None = decision.replicas
         try:
-            await self._apply_children(body, jq, uid, decision.replicas)
+            if problem is not None and problem.reason in URL_REFUSED:
+                # Pods started now would use a URL the operator refused (a plain-text one while
+                # spec.redis.tls is true would send the password in clear): touch nothing.
+                applied = None
+            else:
+                await self._apply_children(body, jq, uid, decision.replicas)
         except kube.NamespaceTerminating:
             # `kubectl delete namespace` with the JobQueue in it: the namespace controller
             # deletes the children first; recreating them is refused, and so would be an Event.
@@ -218,9 +228,10 @@ class Reconciler:
             self.state.metrics.errors.labels(self.namespace, self.name, "ApplyFailed").inc()
             self._report(body, "apply", reason="ApplyFailed", message=str(exc))
         else:
-            self._resolve(body, "apply", reason="Applied", message="the children are applied")
-            if current is not None and decision.replicas != current:
-                self._scaled(body, current, decision)
+            if applied is not None:
+                self._resolve(body, "apply", reason="Applied", message="the children are applied")
+                if current is not None and decision.replicas != current:
+                    self._scaled(body, current, decision)
 
         self._export(jq, reading, current, decision.replicas)
         observation = status.Observation(
@@ -256,6 +267,9 @@ class Reconciler:
         except backlog.RedisReadError as exc:
             self.secrets.forget()  # the Secret may have been rotated: read it again next time
             self.state.metrics.errors.labels(self.namespace, self.name, "RedisUnreachable").inc()
+            if self._reported.get("redis") != "RedisUnreachable":
+                logger.warning("%s/%s: Redis cannot be read: %s", self.namespace, self.name,
+                               exc.detail)
             self._report(body, "redis", reason="RedisUnreachable",
                          message=f"{exc}; keeping the current replicas")
             return None, str(exc)

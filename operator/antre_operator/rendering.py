@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from antre import fields
+from antre import fields, redis_urls
 from antre.settings import QueueSettings, WorkerSettings
 
 from antre_operator import settings, spec
@@ -95,8 +95,11 @@ def _redis_env(jq: spec.JobQueueSpec) -> list[dict[str, Any]]:
         url = {"name": "ANTRE_REDIS_URL", "value": jq.redis.url}
     durable = {"durable_replicas": jq.redis.durable_replicas,
                "durable_timeout_s": jq.redis.durable_timeout_s} if jq.redis.durable_replicas else {}
-    return [url, *fields.env_entries(QueueSettings, {"name": jq.redis.queue,
-                                                     "prefix": jq.redis.prefix, **durable})]
+    # With spec.redis.tls the pods refuse a URL without TLS themselves: the Secret may change
+    # after the operator checked it, and a pod would then send the password in clear.
+    tls = [{"name": redis_urls.REQUIRE_TLS_ENV, "value": "true"}] if jq.redis.tls else []
+    return [url, *tls, *fields.env_entries(QueueSettings, {"name": jq.redis.queue,
+                                                           "prefix": jq.redis.prefix, **durable})]
 
 
 def _pod_name_env() -> dict[str, Any]:

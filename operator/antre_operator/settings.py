@@ -59,6 +59,38 @@ DEFAULT_API_RESOURCES: Final[Mapping[str, Any]] = {
 
 
 @dataclasses.dataclass(frozen=True)
+class JobQueuePolicy:
+    """What a JobQueue may ask for beyond a valid spec (``policy.py`` enforces it).
+
+    Creating a JobQueue is creating Deployments in its namespace; these limits keep the
+    operator's own identity out of reach and let a cluster narrow what JobQueue authors get.
+    """
+
+    operator_namespace: str | None = None
+    """The operator's namespace (env POD_NAMESPACE). JobQueues there are refused unless
+    ``allow_operator_namespace``; None: unknown (run outside a pod), nothing refused for it."""
+
+    operator_service_account: str | None = None
+    """The operator's ServiceAccount (env ANTRE_OPERATOR_SERVICE_ACCOUNT); a JobQueue in its
+    namespace naming it is always refused."""
+
+    allow_operator_namespace: bool = False
+    """Serve JobQueues in the operator's own namespace (the chart's example JobQueue)."""
+
+    image_registries: tuple[str, ...] = ()
+    """Image prefixes workers may come from ("ghcr.io/acme", "docker.io/library/python");
+    empty: any image."""
+
+    service_accounts: tuple[str, ...] = ()
+    """ServiceAccount names JobQueues may name in spec.worker.serviceAccountName; empty: any
+    (but the operator's). Pods without one run as "default" with no token mounted."""
+
+    redis_hosts: tuple[str, ...] = ()
+    """Host name patterns (fnmatch: "*.redis.svc.cluster.local") the operator connects to for
+    a JobQueue; empty: any host."""
+
+
+@dataclasses.dataclass(frozen=True)
 class OperatorSettings:
     """How this operator process runs; one instance per process."""
 
@@ -92,6 +124,9 @@ class OperatorSettings:
     api_request_timeout_s: float = 30.0
     """Deadline of one Kubernetes API request made by ``kube.py``, seconds."""
 
+    policy: JobQueuePolicy = JobQueuePolicy()
+    """What JobQueues may ask for (allow-lists, the operator's own namespace and account)."""
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None,
                  **overrides: Any) -> OperatorSettings:
@@ -112,5 +147,11 @@ class OperatorSettings:
                         f"{variable}: got {raw!r}; must be a number of seconds") from None
                 if values[field] <= 0:
                     raise ValueError(f"{variable}: got {raw!r}; must be > 0")
+        policy = overrides.pop("policy", None) or JobQueuePolicy()
+        values["policy"] = dataclasses.replace(
+            policy,
+            operator_namespace=policy.operator_namespace or env.get("POD_NAMESPACE") or None,
+            operator_service_account=(policy.operator_service_account
+                                      or env.get("ANTRE_OPERATOR_SERVICE_ACCOUNT") or None))
         values.update(overrides)
         return cls(**values)

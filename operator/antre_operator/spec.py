@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlsplit
 
-from antre import errors, keys, sentinel_urls
+from antre import errors, keys, redis_urls, sentinel_urls
 
 from antre_operator import settings
 
@@ -31,6 +31,21 @@ PULL_POLICIES: Final = ("Always", "IfNotPresent", "Never")
 _QUEUE_RE: Final = keys.QUEUE_NAME_PATTERN
 _PREFIX_RE: Final = keys.PREFIX_PATTERN
 _HANDLERS_RE: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*(,[A-Za-z_][A-Za-z0-9_.]*)*$")
+#: A Kubernetes object name (an RFC 1123 subdomain, as Secrets and ServiceAccounts have), at
+#: most OBJECT_NAME_MAX characters. Every name in the spec must match it before the operator
+#: reads the object or renders a reference: a name is a path segment of the API request, and
+#: "../../kube-system/secrets/x" would otherwise name another namespace's Secret. The same
+#: pattern is in crds/jobqueues.antre.dev.yaml (a test keeps them equal).
+OBJECT_NAME_RE: Final = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+OBJECT_NAME_MAX: Final = 253
+#: Pod annotations that set a security profile (AppArmor, seccomp: ``container.apparmor.
+#: security.beta.kubernetes.io/worker: unconfined`` lifts the profile the restricted Pod Security
+#: Standard requires). The CRD refuses the same keys (no backslashes: it is a CEL string there).
+REFUSED_POD_ANNOTATION_RE: Final = re.compile(
+    r"^([^/]*[.])?security[.](alpha|beta)[.]kubernetes[.]io/")
+#: A key of a Secret's data, as the API server allows them (and never a path).
+SECRET_KEY_RE: Final = re.compile(r"^[-._a-zA-Z0-9]+$")
 #: The shape of the CronJob schedules the CRD admits: a macro, or five fields (the same pattern
 #: is in crds/jobqueues.antre.dev.yaml). What each field may hold is in CRON_FIELDS.
 SCHEDULE_RE: Final = re.compile(
@@ -66,6 +81,9 @@ RESERVED_ENV_NAMES: Final = frozenset({"POD_NAME"})
 
 class InvalidSpec(ValueError):
     """The JobQueue cannot be acted on as written; retrying without an edit is useless."""
+
+    reason = "InvalidSpec"
+    """The reason of the condition and Event that report it."""
 
     def __init__(self, field: str, value: object, allowed: str) -> None:
         self.field = field
@@ -233,8 +251,22 @@ def _str(section: Mapping[str, Any], key: str, path: str, *, default: str | None
         raise InvalidSpec(f"{path}.{key}", value, "must be a non-empty string")
     if choices and value not in choices:
         raise InvalidSpec(f"{path}.{key}", value, f"must be one of {list(choices)}")
-    if pattern is not None and not pattern.match(value):
+    if pattern is not None and not pattern.fullmatch(value):
         raise InvalidSpec(f"{path}.{key}", value, f"must match {pattern.pattern}")
+    return value
+
+
+def _object_name(section: Mapping[str, Any], key: str, path: str, *, kind: str) -> str | None:
+    """The name of a ``kind`` object in the JobQueue's namespace, or None when absent."""
+    value = section.get(key)
+    if value is None:
+        return None
+    if (not isinstance(value, str) or len(value) > OBJECT_NAME_MAX
+            or not OBJECT_NAME_RE.fullmatch(value)):
+        raise InvalidSpec(f"{path}.{key}", value,
+                          f"must be the name of a {kind} in the JobQueue's namespace: lower case "
+                          f"letters, digits, '-' and '.', at most {OBJECT_NAME_MAX} characters "
+                          f"(e.g. redis-url)")
     return value
 
 
@@ -274,10 +306,10 @@ def _secret_ref(section: Mapping[str, Any], key: str, path: str, *,
         return None
     if not isinstance(ref, Mapping):
         raise InvalidSpec(f"{path}.{key}", ref, "must be an object {name, key}")
-    name = _str(ref, "name", f"{path}.{key}")
+    name = _object_name(ref, "name", f"{path}.{key}", kind="Secret")
     if name is None:
         raise InvalidSpec(f"{path}.{key}.name", None, "is required: the Secret's name")
-    secret_key = _str(ref, "key", f"{path}.{key}", default=default_key)
+    secret_key = _str(ref, "key", f"{path}.{key}", default=default_key, pattern=SECRET_KEY_RE)
     assert secret_key is not None
     return SecretKeyRef(name=name, key=secret_key)
 
@@ -318,6 +350,10 @@ def check_redis_url(url: str, *, field: str, tls: bool) -> None:
                           "a password must be percent-encoded)") from None
     if not parts.hostname:
         raise InvalidSpec(field, REDACTED, "must name a host, e.g. redis://redis:6379/0")
+    try:  # its message names the option, never its value
+        redis_urls.check_url_options(url)
+    except errors.InvalidArgument as exc:
+        raise InvalidSpec(field, REDACTED, str(exc).removeprefix("redis url: ")) from None
 
 
 def check_plain_url(url: str, *, field: str) -> None:
@@ -389,9 +425,9 @@ def _parse_worker(spec: Mapping[str, Any]) -> WorkerSpec:
                           f"must be <= spec.worker.backoff.maxSeconds ({max_s:g})")
     pull_secrets = _list_of_objects(section, "imagePullSecrets", path)
     for index, item in enumerate(pull_secrets):
-        if not isinstance(item.get("name"), str) or not item.get("name"):
-            raise InvalidSpec(f"{path}.imagePullSecrets[{index}].name", item.get("name"),
-                              "must be a non-empty string")
+        if _object_name(item, "name", f"{path}.imagePullSecrets[{index}]", kind="Secret") is None:
+            raise InvalidSpec(f"{path}.imagePullSecrets[{index}].name", None,
+                              "is required: the Secret's name")
     image = _str(section, "image", path, default=settings.DEFAULT_WORKER_IMAGE)
     pull_policy = _str(section, "imagePullPolicy", path, default="IfNotPresent",
                        choices=PULL_POLICIES)
@@ -415,10 +451,22 @@ def _parse_worker(spec: Mapping[str, Any]) -> WorkerSpec:
         node_selector=_string_map(section, "nodeSelector", path),
         tolerations=_list_of_objects(section, "tolerations", path),
         affinity=_mapping(section, "affinity", path),
-        service_account_name=_str(section, "serviceAccountName", path),
+        service_account_name=_object_name(section, "serviceAccountName", path,
+                                          kind="ServiceAccount"),
         image_pull_secrets=[str(item["name"]) for item in pull_secrets],
-        pod_annotations=_string_map(section, "podAnnotations", path),
+        pod_annotations=_pod_annotations(section, path),
     )
+
+
+def _pod_annotations(section: Mapping[str, Any], path: str) -> Mapping[str, str]:
+    annotations = _string_map(section, "podAnnotations", path)
+    for key in annotations:
+        if REFUSED_POD_ANNOTATION_RE.match(key):
+            raise InvalidSpec(f"{path}.podAnnotations", key,
+                              "must not set an AppArmor or seccomp profile (security.alpha/beta."
+                              "kubernetes.io annotations): every pod runs with the profile of "
+                              "the restricted Pod Security Standard")
+    return annotations
 
 
 def _parse_autoscaling(spec: Mapping[str, Any]) -> ScalingPolicy:

@@ -7,8 +7,11 @@ RedisReadError with the password redacted and a deadline; the eviction-policy ch
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 
 import antre
 import pytest
@@ -111,3 +114,64 @@ async def test_errors_never_carry_the_password(url: str) -> None:
         await reader.close()
     assert "pa/ss" not in str(info.value)
     assert "ss@" not in str(info.value)
+
+
+@contextlib.asynccontextmanager
+async def fake_server(answer: bytes | None) -> AsyncIterator[int]:
+    """A TCP server that sends ``answer`` to whatever it is told (None: says nothing)."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        if answer is None:
+            await asyncio.sleep(5)
+        else:
+            writer.write(answer)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+
+
+async def read_error(port: int) -> backlog.RedisReadError:
+    """What reading a queue at 127.0.0.1:``port`` raises."""
+    reader = backlog.QueueReader(f"redis://127.0.0.1:{port}/0", queue="q", prefix="antre",
+                                 timeout_s=0.5)
+    try:
+        with pytest.raises(backlog.RedisReadError) as info:
+            await reader.read()
+    finally:
+        await reader.close()
+    return info.value
+
+
+@pytest.mark.parametrize("answer", [
+    pytest.param(b"SSH-2.0-OpenSSH_9.6 banner-of-the-host\r\n", id="ssh-banner"),
+    pytest.param(b"HTTP/1.1 400 Bad Request\r\nServer: banner-of-the-host\r\n\r\n", id="http"),
+    pytest.param(b"-ERR banner-of-the-host\r\n", id="error-line"),
+    pytest.param(b"+banner-of-the-host\r\n", id="status-line"),
+    pytest.param(None, id="silent"),
+    pytest.param(b"", id="closed-at-once"),
+])
+async def test_whatever_answers_the_status_message_is_the_same(answer: bytes | None) -> None:
+    """A JobQueue author pointing the operator at hosts and ports learns nothing from the
+    status but "no Redis answered" (or a bare Redis error code), never a server's bytes."""
+    async with fake_server(answer) as port:
+        error = await read_error(port)
+    message = str(error)
+    assert "banner-of-the-host" not in message
+    if answer is not None and answer.startswith(b"-"):
+        # An error reply is Redis's own syntax: a bare "refused", with a code only when it is
+        # an upper-case word (NOPERM, OOM), never the rest of the line.
+        assert message == f"redis://127.0.0.1:{port}/0: Redis refused the command", message
+    else:
+        assert message == f"redis://127.0.0.1:{port}/0: {backlog.NO_REDIS_MESSAGE}", message
+
+
+async def test_a_closed_port_reads_like_a_foreign_server() -> None:
+    port = free_port()
+    error = await read_error(port)
+    assert str(error) == f"redis://127.0.0.1:{port}/0: {backlog.NO_REDIS_MESSAGE}"
+    assert "Error 111" in error.detail, error.detail  # the log has the cause

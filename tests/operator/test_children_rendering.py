@@ -284,3 +284,18 @@ def test_a_named_service_account_decides_its_own_token_automount() -> None:
         assert kube.patch_body(template["spec"])["automountServiceAccountToken"] is None
         assert not rendering.drifted(template["spec"], {
             k: v for k, v in template["spec"].items() if k != "automountServiceAccountToken"})
+
+
+def test_with_tls_every_pod_refuses_a_plain_url_itself() -> None:
+    """spec.redis.tls: the Secret may be edited after the operator read it, so the worker, the
+    reaper and the API are told to refuse a URL without TLS (ANTRE_REDIS_TLS) themselves."""
+    tls = parse(sample(MINIMAL, redis={"urlSecretRef": {"name": "redis"}, "tls": True},
+                       api={"enabled": True, "tokenSecretRef": {"name": "tok"}}))
+    for manifest in rendering.render_children(tls, OWNER_UID, replicas=1).present:
+        if manifest["kind"] != "Service":
+            assert env_of(manifest)["ANTRE_REDIS_TLS"] == {"name": "ANTRE_REDIS_TLS",
+                                                           "value": "true"}, manifest["kind"]
+    plain = parse(MINIMAL)
+    for manifest in rendering.render_children(plain, OWNER_UID, replicas=1).present:
+        if manifest["kind"] != "Service":
+            assert "ANTRE_REDIS_TLS" not in env_of(manifest)

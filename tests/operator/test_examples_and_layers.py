@@ -21,7 +21,7 @@ from operator_samples import ROOT, parse
 
 EXAMPLES = sorted((ROOT / "examples").glob("jobqueue*.yaml"))
 PACKAGE = ROOT / "operator" / "antre_operator"
-PURE = ("spec", "rendering", "scaling", "status", "settings")
+PURE = ("spec", "rendering", "scaling", "status", "settings", "policy")
 IO_MODULES = {"kopf", "kubernetes", "aiohttp", "redis", "antre", "prometheus_client"}
 
 
@@ -41,9 +41,9 @@ def imported_roots(path: Path) -> set[str]:
             roots |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module == "antre" and {a.name for a in node.names} <= {
-                    "keys", "fields", "errors", "sentinel_urls"}:
+                    "keys", "fields", "errors", "sentinel_urls", "redis_urls"}:
                 continue  # key builders, name patterns, setting declarations, errors, URL
-                # parsing: pure, no I/O
+                # parsing and checks: pure, no I/O
             if node.module == "antre.settings":
                 continue  # the settings' declarations (env names): pure, no I/O
             roots.add(node.module.split(".")[0])

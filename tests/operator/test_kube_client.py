@@ -13,6 +13,7 @@ deleted, anything else).
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import kubernetes
@@ -86,3 +87,67 @@ def test_error_answers_map_to_exceptions(status: int, text: str,
     assert type(error) is expected
     assert error.status == status
     assert message in str(error)
+
+
+@pytest.mark.parametrize("name", [
+    "../../kube-system/secrets/admin-creds",
+    "..%2F..%2Fkube-system%2Fsecrets%2Fadmin-creds",
+    "a/b",
+])
+async def test_a_name_is_one_escaped_path_segment(name: str) -> None:
+    """Dot segments are never collapsed into another namespace's path: the request names one
+    object in the namespace asked for, whatever the name holds."""
+    seen: list[str] = []
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append((await reader.readline()).decode().split(" ")[1])
+        writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(record, "127.0.0.1", 0)
+    api = client(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", 2)
+    try:
+        assert await api.get("Secret", "team-a", name) is None
+    finally:
+        await api.close()
+        server.close()
+    [path] = seen
+    prefix = "/api/v1/namespaces/team-a/secrets/"
+    assert path.startswith(prefix) and "/" not in path[len(prefix):], path
+    assert "kube-system/" not in path
+
+
+@pytest.mark.parametrize("name", [".", "..", ""])
+def test_dot_segments_are_no_names(name: str) -> None:
+    with pytest.raises(ValueError):
+        kube.path_of("Secret", "team-a", name)
+
+
+@pytest.mark.parametrize("answer", [
+    pytest.param({"kind": "Secret", "metadata": {"name": "admin-creds",
+                                                 "namespace": "kube-system"}}, id="namespace"),
+    pytest.param({"kind": "Secret", "metadata": {"name": "other", "namespace": "team-a"}},
+                 id="name"),
+    pytest.param({"kind": "ConfigMap", "metadata": {"name": "redis", "namespace": "team-a"}},
+                 id="kind"),
+    pytest.param({"kind": "Secret"}, id="no-metadata"),
+])
+async def test_an_answer_for_another_object_is_refused(answer: dict[str, Any]) -> None:
+    body = json.dumps(answer).encode()
+
+    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                     + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(reply, "127.0.0.1", 0)
+    api = client(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", 2)
+    try:
+        with pytest.raises(kube.NotAskedFor, match="asked for Secret team-a/redis"):
+            await api.get("Secret", "team-a", "redis")
+    finally:
+        await api.close()
+        server.close()

@@ -25,6 +25,7 @@ from antre.commands import (
     Unavailable,
     api,
     cancel,
+    check_redis_args,
     demo,
     dlq,
     enqueue,
@@ -56,10 +57,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()
+    except errors.InvalidArgument as exc:  # a bad ANTRE_* default, e.g. ANTRE_REDIS_TLS=maybe
+        print(f"antre: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    args = parser.parse_args(argv)
     command = next(c for c in COMMANDS if c.name == args.command)
     prefix = f"antre {command.name}:"
     try:
+        if command.redis_args:
+            check_redis_args(args)
         return command.run(args)
     except Unavailable as exc:
         print(prefix, exc, file=sys.stderr)

@@ -17,7 +17,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from antre import errors, sentinel, sentinel_urls
+from antre import errors, redis_urls, sentinel, sentinel_urls
 
 _STANDALONE = {"redis", "rediss", "unix"}
 _CLUSTER = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
@@ -109,6 +109,7 @@ def connect(url: str, **overrides: Any) -> Any:
     if sentinel_urls.is_sentinel_url(url):
         parsed = _parse_sentinel(url)
         return sentinel.connect(parsed, _sentinel_options(parsed, overrides))
+    redis_urls.check_url_options(url)
     try:
         if cluster:
             options = _options(real_url, **overrides)
@@ -125,6 +126,7 @@ def connect_async(url: str, **overrides: Any) -> Any:
     if sentinel_urls.is_sentinel_url(url):
         parsed = _parse_sentinel(url)
         return sentinel.connect_async(parsed, _sentinel_options(parsed, overrides))
+    redis_urls.check_url_options(url)
     try:
         if cluster:
             options = _options(real_url, **overrides)

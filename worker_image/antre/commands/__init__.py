@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from antre import connection, errors, fields, settings
+from antre import connection, errors, fields, redis_urls, settings
 from antre.client import Queue
 
 DEFAULT_URL: Final = "redis://127.0.0.1:6379/0"
@@ -65,11 +65,34 @@ def redis_args(parser: argparse.ArgumentParser) -> None:
                         help="Redis URL: redis://, rediss:// (TLS), unix://, redis+sentinel://, "
                              "redis+cluster:// "
                              "(env ANTRE_REDIS_URL; default %(default)s)")
+    parser.add_argument("--redis-tls", action="store_true",
+                        default=env_flag(env, redis_urls.REQUIRE_TLS_ENV),
+                        help="refuse a Redis URL without TLS before connecting (env "
+                             f"{redis_urls.REQUIRE_TLS_ENV}=true; the operator sets it for a "
+                             "JobQueue with spec.redis.tls)")
     for path in ("name", "prefix"):  # --queue, --prefix
         item = fields.entry(settings.QueueSettings, path)
         assert item.spec.flag and item.spec.env
         parser.add_argument(item.spec.flag, default=env.get(item.spec.env) or item.default,
                             help=f"{item.spec.help} (env {item.spec.env}; default %(default)s)")
+
+
+_TRUE: Final = ("1", "true", "yes", "on")
+_FALSE: Final = ("", "0", "false", "no", "off")
+
+
+def env_flag(env: Mapping[str, str], name: str) -> bool:
+    """A boolean environment variable; anything but the usual spellings is a usage error."""
+    value = env.get(name, "").strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise errors.InvalidArgument(f"{name}: got {env[name]!r}; must be true or false")
+    return value in _TRUE
+
+
+def check_redis_args(args: argparse.Namespace) -> None:
+    """What is refused before any connection: a URL without TLS under ``--redis-tls``."""
+    if args.redis_tls:
+        redis_urls.require_tls(args.redis_url)
 
 
 def json_flag(parser: argparse.ArgumentParser) -> None:

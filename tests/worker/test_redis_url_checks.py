@@ -1,0 +1,99 @@
+"""What every process refuses in a Redis URL before connecting (``antre.redis_urls``).
+
+Aspects: an unknown query option (``?sslmode=require``, a typo) is one line naming it, from the
+library and the command line, instead of redis-py's TypeError at the first command; the option
+list stays within what the installed redis-py takes. With ``ANTRE_REDIS_TLS=true`` (what the
+operator sets for a JobQueue with spec.redis.tls) the worker, the reaper and the API refuse a
+plain-text URL and never open a connection, so a password in it never crosses the network; a
+TLS URL passes the check. A bad ANTRE_REDIS_TLS value is a usage error.
+"""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import pytest
+import redis
+import redis.asyncio.connection
+import redis.connection
+from antre import connection, errors, redis_urls
+from redis_servers import child_env, running_redis
+
+ANTRE = [sys.executable, "-m", "antre"]
+
+
+def _init_parameters(*classes: type) -> set[str]:
+    names: set[str] = set()
+    for cls in classes:
+        for klass in cls.__mro__:
+            init = klass.__dict__.get("__init__")
+            if init is None:
+                continue
+            names |= {p.name for p in inspect.signature(init).parameters.values()
+                      if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return names
+
+
+def test_every_url_option_is_one_redis_py_takes() -> None:
+    for module in (redis.connection, redis.asyncio.connection):
+        taken = set(module.URL_QUERY_ARGUMENT_PARSERS) | _init_parameters(module.SSLConnection)
+        assert taken >= redis_urls.URL_OPTIONS, redis_urls.URL_OPTIONS - taken
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0?sslmode=require",
+                                 "redis+cluster://127.0.0.1:1?foo=1"])
+def test_an_unknown_option_is_named_before_connecting(url: str) -> None:
+    for connect in (connection.connect, connection.connect_async):
+        with pytest.raises(errors.InvalidArgument, match=r"unknown query option '(sslmode|foo)'"):
+            connect(url)
+
+
+def test_an_option_name_that_may_be_a_password_is_not_shown() -> None:
+    with pytest.raises(errors.InvalidArgument) as info:
+        redis_urls.check_url_options("redis://:pa?ss/word@h:6379/0")
+    assert "ss/word" not in str(info.value) and "(not shown)" in str(info.value)
+
+
+def test_the_command_line_names_an_unknown_option() -> None:
+    with running_redis() as server:
+        proc = subprocess.run([*ANTRE, "stats", "--redis-url", f"{server.url}?sslmode=require"],
+                              capture_output=True, text=True, env=child_env(), timeout=30,
+                              check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "unknown query option 'sslmode'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def connections_received(server_url: str) -> int:
+    return int(redis.Redis.from_url(server_url).info("stats")["total_connections_received"])
+
+
+@pytest.mark.parametrize("command", [["worker"], ["reaper", "--once"], ["api", "--port", "0"]])
+def test_with_tls_required_a_plain_url_is_refused_before_connecting(command: list[str]) -> None:
+    with running_redis() as server:
+        url = f"redis://:hunter2@127.0.0.1:{server.port}/0"
+        before = connections_received(server.url)
+        env = {**child_env(), "ANTRE_REDIS_URL": url, "ANTRE_REDIS_TLS": "true",
+               "ANTRE_API_TOKEN": "t" * 32}
+        proc = subprocess.run([*ANTRE, *command], capture_output=True, text=True, env=env,
+                              timeout=30, check=False)
+        after = connections_received(server.url)
+    assert proc.returncode == 2, proc.stderr
+    assert "ANTRE_REDIS_TLS is true, so the URL must use TLS" in proc.stderr
+    assert "hunter2" not in proc.stderr and "Traceback" not in proc.stderr
+    assert after == before + 1, "only our own INFO connected: the command never did"
+
+
+def test_a_tls_url_passes_the_check() -> None:
+    redis_urls.require_tls("rediss://:pw@redis:6380/0")
+    redis_urls.require_tls("rediss+sentinel://s1:26379/mymaster")
+    with pytest.raises(errors.InvalidArgument):
+        redis_urls.require_tls("unix:///run/redis.sock")
+
+
+def test_a_bad_tls_setting_is_a_usage_error() -> None:
+    proc = subprocess.run([*ANTRE, "stats"], capture_output=True, text=True, timeout=30,
+                          env={**child_env(), "ANTRE_REDIS_TLS": "maybe"}, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "antre: ANTRE_REDIS_TLS: got 'maybe'; must be true or false"
