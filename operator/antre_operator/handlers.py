@@ -3,7 +3,7 @@
 * one daemon per JobQueue runs ``reconciling.Reconciler.step()`` every polling interval;
 * JobQueue events wake that loop early when the spec changed (not on our own status writes);
 * child events (Deployments, CronJobs, Services labelled as ours) refresh the shared cache and
-  wake the owner's loop when a child was deleted or edited away from what we applied; their
+  wake the owner's loop when a child was deleted or its spec edited by someone else; their
   watches carry a server-side label selector, so the cluster's other objects never reach us;
 * startup configures kopf and opens the API client and the metrics endpoint; cleanup closes them.
 
@@ -20,7 +20,7 @@ from typing import Any
 import kopf
 import kubernetes
 
-from antre_operator import kube, reconciling, rendering, settings
+from antre_operator import kube, reconciling, settings
 
 logger = logging.getLogger(__name__)
 
@@ -69,21 +69,9 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, ours: settings.Operator
     kopf_settings.peering.lifetime = 60
 
 
-@kopf.on.login()
-def login(**_: Any) -> kopf.ConnectionInfo:
-    """The same credentials as ``kube.py`` uses: in-cluster, else KUBECONFIG (read at login)."""
-    try:
-        config = kube.load_configuration()
-    except kubernetes.config.ConfigException as exc:
-        raise kopf.PermanentError(f"no Kubernetes credentials: {exc}") from None
-    return kopf.ConnectionInfo(
-        server=config.host,
-        ca_path=config.ssl_ca_cert,
-        insecure=not config.verify_ssl,
-        token=kube.bearer_token(config),
-        certificate_path=config.cert_file,
-        private_key_path=config.key_file,
-    )
+# kopf's own login through the ``kubernetes`` package, as ``kube.py`` loads its credentials:
+# the in-cluster service account, else the kubeconfig.
+kopf.on.login()(kopf.login_via_client)
 
 
 @kopf.on.startup()
@@ -147,11 +135,11 @@ def _child_changed(kind: str, event: kopf.RawEvent, body: kopf.Body, memo: Any) 
     key: reconciling.ChildKey = (kind, meta.get("namespace", ""), meta.get("name", ""))
     deleted = event.get("type") == "DELETED"
     state.remember_child(key, None if deleted else dict(body))
-    desired = state.desired.get(key)
+    applied = state.applied.get(key)
     owner = (meta.get("labels") or {}).get(settings.LABEL_JOBQUEUE)
-    if desired is None or owner is None:
+    if applied is None or owner is None:
         return
-    if deleted or rendering.drifted(desired, body):
+    if deleted or applied.edited_by_hand(body):
         state.wakeup(key[1], owner).set()
 
 

@@ -2,8 +2,10 @@
 
 A small dict-in, dict-out aiohttp client that borrows the official ``kubernetes`` package's
 configuration loading (in-cluster service account, else kubeconfig, with token refresh).
-On top: :func:`KubeClient.apply`, which creates a missing child, merge-patches a drifted one,
-and writes nothing when the live object already matches.
+On top: :func:`KubeClient.apply`, server-side apply of a child under one field manager, after
+checking that the object of that name (if any) is this JobQueue's or one it may adopt. The API
+server merges, knows defaults, list keys and quantities, and removes what the operator applied
+before and no longer applies; fields others set (labels, annotations) stay theirs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from urllib.parse import quote
 import aiohttp
 import kubernetes
 
-from antre_operator import rendering, settings
+from antre_operator import settings
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +35,12 @@ RESOURCES: Final[Mapping[str, tuple[str, str]]] = {
     settings.KIND: (f"/apis/{settings.GROUP}/{settings.VERSION}", settings.PLURAL),
 }
 MERGE_PATCH: Final = "application/merge-patch+json"
+APPLY_PATCH: Final = "application/apply-patch+yaml"
+"""Server-side apply; JSON is YAML, so the body is sent as JSON."""
+JSON_PATCH: Final = "application/json-patch+json"
+#: The field manager of everything the operator applies (and the name the API server gave its
+#: writes before it applied server-side: the User-Agent's first word).
+FIELD_MANAGER: Final = "antre-operator"
 
 
 class KubeError(Exception):
@@ -177,20 +185,48 @@ def check_identity(kind: str, namespace: str, name: str, got: Mapping[str, Any])
         raise NotAskedFor(kind, namespace, name, got)
 
 
-def patch_body(desired: Any) -> Any:
-    """A JSON merge patch that makes the live object match ``desired`` in what we render:
-    empty desired values become null, so a field dropped from the spec is removed."""
-    if isinstance(desired, Mapping):
-        return {k: (None if v in (None, {}, []) else patch_body(v)) for k, v in desired.items()}
-    return desired
+def resource_version(obj: Mapping[str, Any] | None) -> str | None:
+    """The object's resourceVersion (None: no object, or none stamped)."""
+    value = ((obj or {}).get("metadata") or {}).get("resourceVersion")
+    return None if value is None else str(value)
 
 
-def create_body(desired: Mapping[str, Any]) -> dict[str, Any]:
-    """``desired`` as it must be created: empty values dropped, as :func:`patch_body` removes
-    them. The API server keeps an empty object it is given (``affinity: {}``), and the next
-    patch would then remove it: a change of the pod template, so a rollout of every pod."""
-    return {k: create_body(v) if isinstance(v, Mapping) else v
-            for k, v in desired.items() if v not in (None, {}, [])}
+def written_state(obj: Mapping[str, Any] | None) -> str | None:
+    """What of a child anyone but its controllers writes: spec, labels, annotations and owners,
+    exactly as the API server returned them (None: no object). Status is left out: the
+    Deployment controller rewrites it as pods come and go, which is no reason to apply again."""
+    if obj is None:
+        return None
+    meta = obj.get("metadata") or {}
+    return json.dumps([obj.get("spec"), meta.get("labels"), meta.get("annotations"),
+                       meta.get("ownerReferences")], sort_keys=True)
+
+
+def _merged_fields(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """The union of two managedFields ``fieldsV1`` sets (tries of ``{}`` leaves)."""
+    merged = dict(a)
+    for key, value in b.items():
+        merged[key] = _merged_fields(merged.get(key) or {}, value or {})
+    return merged
+
+
+def upgraded_managed_fields(live: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """``live``'s managedFields with the operator's merge-patch ownership (operation Update, as
+    it wrote before it applied server-side) turned into apply ownership, or None when there is
+    none. Without this, fields the old operator set would stay forever: an apply removes only
+    what the same manager applied (kubectl's csaupgrade does the same for kubectl)."""
+    entries = (live.get("metadata") or {}).get("managedFields") or []
+    ours = [e for e in entries if e.get("manager") == FIELD_MANAGER
+            and e.get("operation") == "Update" and not e.get("subresource")]
+    if not ours:
+        return None
+    applied = [e for e in entries if e.get("manager") == FIELD_MANAGER
+               and e.get("operation") == "Apply" and not e.get("subresource")]
+    fields: dict[str, Any] = {}
+    for entry in applied + ours:
+        fields = _merged_fields(fields, entry.get("fieldsV1") or {})
+    entry = {**(applied or ours)[0], "operation": "Apply", "fieldsV1": fields}
+    return [e for e in entries if e not in ours and e not in applied] + [entry]
 
 
 def load_configuration() -> kubernetes.client.Configuration:
@@ -291,11 +327,6 @@ class KubeClient:
         check_identity(kind, namespace, name, got)
         return got
 
-    async def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        meta = manifest["metadata"]
-        return dict(await self.request("POST", path_of(manifest["kind"], meta["namespace"]),
-                                       body=create_body(manifest)))
-
     async def patch(self, kind: str, namespace: str, name: str, body: Mapping[str, Any], *,
                     subresource: str | None = None) -> dict[str, Any]:
         return dict(await self.request("PATCH", path_of(kind, namespace, name, subresource),
@@ -324,23 +355,41 @@ class KubeClient:
 
     async def apply(self, desired: Mapping[str, Any],
                     live: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
-        """Make one child match ``desired``: returns (action, the object as now stored).
+        """Server-side apply of one child: returns (action, the object as now stored).
 
-        ``action`` is "created", "patched" or "unchanged"; ``live`` is the caller's last view
-        (None: believed missing). A create that meets an existing object re-reads and patches.
-        An existing object whose controller ownerReference is not the desired one (another
-        owner, or none) is never patched, unless it is adoptable (:func:`ours`): :class:`NotOwned`.
+        ``action`` is "created", "changed" or "unchanged" (spec, labels, annotations and owners
+        as they were: :func:`written_state`). ``live`` is the caller's last view; None (believed
+        missing) is read again first, since an apply would take over an object of that name
+        that someone else made since. An existing object whose controller ownerReference is
+        not the desired one is never applied to, unless it is adoptable (:func:`ours`):
+        :class:`NotOwned`. Fields the operator owns are taken back from whoever changed them
+        (force): a hand edit of the image or the replicas is put back.
         """
         meta = desired["metadata"]
         kind, namespace, name = desired["kind"], meta["namespace"], meta["name"]
         if live is None:
-            try:
-                return "created", await self.create(desired)
-            except Conflict:
-                live = await self.get(kind, namespace, name)
-                if live is None:
-                    raise
-        check_owned(desired, live)
-        if not rendering.drifted(desired, live):
-            return "unchanged", dict(live)
-        return "patched", await self.patch(kind, namespace, name, patch_body(desired))
+            live = await self.get(kind, namespace, name)
+        if live is not None:
+            check_owned(desired, live)
+            live = await self._upgrade_ownership(kind, namespace, name, live)
+        stored = dict(await self.request(
+            "PATCH", path_of(kind, namespace, name), body=dict(desired),
+            query={"fieldManager": FIELD_MANAGER, "force": "true"}, content_type=APPLY_PATCH))
+        check_identity(kind, namespace, name, stored)
+        if live is None:
+            return "created", stored
+        changed = written_state(stored) != written_state(live)
+        return ("changed" if changed else "unchanged"), stored
+
+    async def _upgrade_ownership(self, kind: str, namespace: str, name: str,
+                                 live: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Once per child made by a merge-patching operator: see :func:`upgraded_managed_fields`.
+        The resourceVersion test makes it refuse if the object changed meanwhile."""
+        managed = upgraded_managed_fields(live)
+        if managed is None:
+            return live
+        return dict(await self.request(
+            "PATCH", path_of(kind, namespace, name), content_type=JSON_PATCH, body=[
+                {"op": "test", "path": "/metadata/resourceVersion",
+                 "value": resource_version(live)},
+                {"op": "replace", "path": "/metadata/managedFields", "value": managed}]))

@@ -9,7 +9,9 @@ when the spec changes or a child is edited or deleted. Each step:
 3. decides the worker replicas (``scaling.py``: spec.replicas when autoscaling is off, the
    current replicas on a Redis error);
 4. before lowering replicas, marks idle pods cheapest to delete (pod-deletion-cost);
-5. applies the children (``rendering.py`` + ``kube.py``), writing only what drifted;
+5. applies the children (``rendering.py`` + ``kube.py``, server-side apply), skipping a child
+   when neither what the operator applies nor the child (its status aside) changed since its
+   last apply;
 6. patches the status only when it changed (``status.py``).
 
 So a JobQueue whose numbers do not move causes no Kubernetes writes. Errors of one JobQueue stay
@@ -63,6 +65,35 @@ def _resource_version(body: Mapping[str, Any] | None) -> int | None:
         return None
 
 
+def _generation(body: Mapping[str, Any] | None) -> int | None:
+    value = ((body or {}).get("metadata") or {}).get("generation")
+    return value if isinstance(value, int) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Applied:
+    """What the operator last applied to one child, and the child as that apply left it."""
+
+    manifest: dict[str, Any]
+    written: str | None
+    """The child as the apply left it (``kube.written_state``); None while the apply is in
+    flight: its own watch event must not pass for a hand edit."""
+    generation: int | None
+    """metadata.generation after the apply: the API server raises it on every change of the
+    spec (a hand edit of replicas, image, env), never for status or metadata."""
+
+    def unchanged(self, manifest: Mapping[str, Any], live: Mapping[str, Any] | None) -> bool:
+        """Nothing to apply: the same manifest, and the child as this apply left it (its status
+        aside)."""
+        return (self.written is not None and manifest == self.manifest
+                and kube.written_state(live) == self.written)
+
+    def edited_by_hand(self, live: Mapping[str, Any]) -> bool:
+        """A watch event of a spec change the operator did not make: worth a step at once.
+        Other changes (labels, annotations) wait for the next poll."""
+        return self.written is not None and _generation(live) != self.generation
+
+
 @dataclasses.dataclass
 class OperatorState:
     """Shared by every handler of one operator process (through kopf's memo)."""
@@ -72,8 +103,8 @@ class OperatorState:
     kube: kube.KubeClient | None = None
     children: dict[ChildKey, dict[str, Any] | None] = dataclasses.field(default_factory=dict)
     """Last seen body of each child (None: known to be absent), from watches and our writes."""
-    desired: dict[ChildKey, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    """What the operator last applied per child, to tell a hand edit from our own write."""
+    applied: dict[ChildKey, Applied] = dataclasses.field(default_factory=dict)
+    """The operator's last apply per child: to skip it at rest and to tell hand edits."""
     spec_fingerprints: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
     wakeups: dict[tuple[str, str], asyncio.Event] = dataclasses.field(default_factory=dict)
 
@@ -98,10 +129,10 @@ class OperatorState:
         self.metrics.forget(namespace, name)
         self.wakeups.pop((namespace, name), None)
         self.spec_fingerprints.pop((namespace, name), None)
-        for key in [k for k, v in self.desired.items()
+        for key in [k for k, v in self.applied.items()
                     if k[1] == namespace
-                    and v["metadata"]["labels"].get(settings.LABEL_JOBQUEUE) == name]:
-            del self.desired[key]
+                    and v.manifest["metadata"]["labels"].get(settings.LABEL_JOBQUEUE) == name]:
+            del self.applied[key]
 
 
 def _now_iso() -> str:
@@ -360,29 +391,32 @@ class Reconciler:
         for manifest in children.present:
             key: ChildKey = (manifest["kind"], self.namespace, manifest["metadata"]["name"])
             live = await self._observed(key)
-            manifest = rendering.prune_pod_annotations(manifest, live)
-            before = self.state.desired.get(key)
+            before = self.state.applied.get(key)
+            if before is not None and before.unchanged(manifest, live):
+                continue  # at rest: no write
             # Before the write: its own watch event may arrive while we await the answer, and
             # must not pass for a hand edit (that would run the next step at once, so a
             # maxScaleUpStep would be taken twice per poll).
-            self.state.desired[key] = manifest
+            self.state.applied[key] = Applied(manifest, None, None)
             try:
                 action, stored = await self.kube.apply(manifest, live)
             except kube.NotOwned:
                 # Our watches filter on our labels and would never refresh this view: forget
                 # it, so the next poll reads again (and sees the stranger gone once deleted).
                 self.state.children.pop(key, None)
-                self.state.desired.pop(key, None)
+                self.state.applied.pop(key, None)
                 raise
+            self.state.applied[key] = Applied(manifest, kube.written_state(stored),
+                                              _generation(stored))
             self.state.remember_child(key, stored)
             if before is not None and (action == "created" or
-                                       (action == "patched" and before == manifest)):
+                                       (action == "changed" and before.manifest == manifest)):
                 # We had applied exactly this before: someone deleted or edited it by hand.
                 kopf.event(body, type="Normal", reason="Repaired",
                            message=f"{action} {key[0]} {key[2]} to match the JobQueue")
         for kind, name in children.absent:
             key = (kind, self.namespace, name)
-            self.state.desired.pop(key, None)
+            self.state.applied.pop(key, None)
             live = await self._observed(key)
             topic = f"not-ours:{kind}/{name}"
             if live is not None:

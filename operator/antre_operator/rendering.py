@@ -3,17 +3,15 @@
 One function per child: the worker Deployment, the reaper CronJob and, when ``spec.api.enabled``,
 the API Deployment and Service. Every child carries an ownerReference to its JobQueue (so deleting
 the JobQueue deletes it) and the labels in ``settings`` (so the operator's watches find it).
-Every pod meets the "restricted" Pod Security Standard. ``kube.py`` applies what is rendered here;
-the tests validate each manifest against the Kubernetes OpenAPI schemas.
+Every pod meets the "restricted" Pod Security Standard. ``kube.py`` applies what is rendered here
+(server-side apply), so a manifest names only what the operator sets: a field left out is one the
+API server removes if the operator set it before. The tests validate each manifest against the
+Kubernetes OpenAPI schemas.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import decimal
-import re
-from collections.abc import Mapping
 from typing import Any, Final
 
 from antre import fields, redis_urls
@@ -154,18 +152,23 @@ def _pod_spec(worker: spec.WorkerSpec, containers: list[dict[str, Any]], *,
     }
     if grace_s is not None:
         pod["terminationGracePeriodSeconds"] = grace_s
-    # Every optional field is rendered, empty when the spec has none: patch_body turns an empty
-    # value into null, so a field removed from the JobQueue is removed from the children too.
-    # serviceAccountName is spelled out ("default") rather than nulled: the API server would
-    # otherwise take it back from the deprecated alias serviceAccount, which still names the old
-    # account. The default account's token is never mounted; for an account the user named,
-    # the field is left out (null), so that ServiceAccount's own automount setting decides.
+    # Optional fields only when the spec has them: one the operator applied before and no longer
+    # applies is removed by the API server. serviceAccountName is spelled out ("default") rather
+    # than left out: the API server would otherwise take it back from the deprecated alias
+    # serviceAccount, which still names the old account. The default account's token is never
+    # mounted; for an account the user named, the field is left out, so that ServiceAccount's
+    # own automount setting decides.
     pod["serviceAccountName"] = worker.service_account_name or "default"
-    pod["automountServiceAccountToken"] = False if worker.service_account_name is None else None
-    pod["nodeSelector"] = dict(worker.node_selector)
-    pod["tolerations"] = [dict(t) for t in worker.tolerations]
-    pod["affinity"] = dict(worker.affinity)
-    pod["imagePullSecrets"] = [{"name": name} for name in worker.image_pull_secrets]
+    if worker.service_account_name is None:
+        pod["automountServiceAccountToken"] = False
+    if worker.node_selector:
+        pod["nodeSelector"] = dict(worker.node_selector)
+    if worker.tolerations:
+        pod["tolerations"] = [dict(t) for t in worker.tolerations]
+    if worker.affinity:
+        pod["affinity"] = dict(worker.affinity)
+    if worker.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": name} for name in worker.image_pull_secrets]
     return pod
 
 
@@ -175,45 +178,6 @@ def _pod_template(jobqueue: str, component: str, worker: spec.WorkerSpec,
     if worker.pod_annotations:
         metadata["annotations"] = dict(worker.pod_annotations)
     return {"metadata": metadata, "spec": pod}
-
-
-def _track_pod_annotations(manifest: Manifest, worker: spec.WorkerSpec) -> Manifest:
-    """Record which pod annotations are ours (see :func:`prune_pod_annotations`)."""
-    if worker.pod_annotations:
-        manifest["metadata"]["annotations"] = {
-            settings.POD_ANNOTATION_KEYS: ",".join(sorted(worker.pod_annotations))}
-    return manifest
-
-
-def _pod_template_metadata(manifest: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    spec_ = manifest.get("spec") or {}
-    if manifest.get("kind") == "CronJob":
-        spec_ = ((spec_.get("jobTemplate") or {}).get("spec")) or {}
-    template = spec_.get("template")
-    return None if template is None else template.get("metadata") or {}
-
-
-def prune_pod_annotations(desired: Manifest, live: Mapping[str, Any] | None) -> Manifest:
-    """``desired`` plus a null for each pod annotation the operator set before (listed in the
-    live child's ``antre.dev/pod-annotation-keys``) that the spec no longer has, so the merge
-    patch removes it. Annotations others put on the pod template (e.g. ``kubectl rollout
-    restart``) are never touched."""
-    if live is None or _pod_template_metadata(desired) is None:
-        return desired
-    live_annotations = (live.get("metadata") or {}).get("annotations") or {}
-    ours_before = {k for k in str(live_annotations.get(settings.POD_ANNOTATION_KEYS) or "")
-                   .split(",") if k}
-    if not ours_before:
-        return desired
-    pruned = copy.deepcopy(desired)
-    template_meta = _pod_template_metadata(pruned)
-    assert isinstance(template_meta, dict)
-    wanted = template_meta.setdefault("annotations", {})
-    for key in sorted(ours_before - set(wanted)):
-        wanted[key] = None
-    if settings.POD_ANNOTATION_KEYS not in (pruned["metadata"].get("annotations") or {}):
-        pruned["metadata"].setdefault("annotations", {})[settings.POD_ANNOTATION_KEYS] = None
-    return pruned
 
 
 def render_worker_deployment(jq: spec.JobQueueSpec, owner_uid: str, *, replicas: int) -> Manifest:
@@ -375,70 +339,4 @@ def render_children(jq: spec.JobQueueSpec, owner_uid: str, *, replicas: int) -> 
         present += [render_api_deployment(jq, owner_uid), render_api_service(jq, owner_uid)]
     else:
         absent += [("Deployment", api_name(jq.name)), ("Service", api_name(jq.name))]
-    for manifest in present:
-        if _pod_template_metadata(manifest) is not None:
-            _track_pod_annotations(manifest, jq.worker)
     return Children(present=tuple(present), absent=tuple(absent))
-
-
-_QUANTITY_RE: Final = re.compile(
-    r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
-_BINARY: Final = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
-_DECIMAL: Final = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-
-
-def parse_quantity(value: Any) -> decimal.Decimal:
-    """A Kubernetes resource quantity ("500m", "1Gi", 2, "1e3") as an exact number."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(f"not a quantity: {value!r}")
-    match = _QUANTITY_RE.match(str(value).strip())
-    if match is None:
-        raise ValueError(f"not a quantity: {value!r}")
-    number, suffix = decimal.Decimal(match.group(1)), match.group(2) or ""
-    if suffix in _BINARY:
-        return number * decimal.Decimal(1024) ** _BINARY[suffix]
-    if suffix in _DECIMAL:
-        return number.scaleb(_DECIMAL[suffix])
-    if suffix:
-        return number.scaleb(int(suffix[1:]))
-    return number
-
-
-def _same_quantity(desired: Any, live: Any) -> bool:
-    """Equal as Kubernetes quantities: the API server stores them canonically (``cpu: 1`` as
-    "1", "0.5" as "500m", 1024Mi as "1Gi"), so a literal comparison would see drift forever."""
-    try:
-        return bool(parse_quantity(desired) == parse_quantity(live))
-    except (ValueError, decimal.InvalidOperation):
-        return bool(desired == live)
-
-
-def drifted(desired: Any, live: Any, *, quantities: bool = False) -> bool:
-    """Does the live object differ from the desired one in anything the operator sets?
-
-    Fields the API server or other controllers add (defaults, status, foreign annotations) are
-    not drift; an empty or absent desired value matches an absent live one. Lists compare item by
-    item, since a JSON merge patch replaces them whole. Leaves under a ``resources`` key
-    (requests, limits) compare as quantities, whatever form the user wrote them in.
-    """
-    if isinstance(desired, Mapping):
-        if not isinstance(live, Mapping):
-            return True
-        for key, value in desired.items():
-            if value in (None, {}, []):
-                if live.get(key) not in (None, {}, []):
-                    return True
-            elif key not in live or drifted(value, live[key],
-                                            quantities=quantities or key == "resources"):
-                return True
-        return False
-    if isinstance(desired, list):
-        if not isinstance(live, list) or len(desired) != len(live):
-            return True
-        return any(drifted(d, v, quantities=quantities)
-                   for d, v in zip(desired, live, strict=True))
-    if isinstance(desired, bool) or isinstance(live, bool):
-        return desired is not live
-    if quantities:
-        return not _same_quantity(desired, live)
-    return bool(desired != live)

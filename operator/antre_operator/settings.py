@@ -31,10 +31,6 @@ MANAGED_BY: Final = "antre-operator"
 
 #: The annotation the ReplicaSet controller reads to choose which pods to delete first.
 POD_DELETION_COST: Final = "controller.kubernetes.io/pod-deletion-cost"
-#: On a child: the pod annotations (from spec.worker.podAnnotations) the operator set, comma-
-#: separated, so that one removed from the spec is removed from the pod template too.
-POD_ANNOTATION_KEYS: Final = "antre.dev/pod-annotation-keys"
-
 #: Seconds between ANTRE_GRACE_PERIOD and terminationGracePeriodSeconds, for releasing jobs.
 RELEASE_MARGIN_S: Final = 5
 #: Port of the worker's /metrics and /healthz (ANTRE_METRICS_PORT).

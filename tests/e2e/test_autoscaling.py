@@ -298,8 +298,9 @@ def test_operator_killed_mid_scale_is_replaced_without_duplicates(
         timeline.mark("drain done (60 jobs)", finished[-1])
         timeline.report(e2e_report)
 
+        # A server-side apply that creates answers 201 Created.
         created = [w for kind in ("deployments", "cronjobs", "services", "replicasets")
-                   for w in env.operator_writes(killed, kind) if w.verb == "create"]
+                   for w in env.operator_writes(killed, kind) if w.code == 201]
         assert not created, created
         assert env.operator_writes(killed, "deployments", f"{name}-worker"), "it carried on"
         for kind in ("deployments", "cronjobs", "replicasets"):

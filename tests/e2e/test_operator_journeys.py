@@ -14,8 +14,12 @@ Then, as README and docs/operator.md tell a user, with the real kubectl:
   ``kubectl scale jq/reports --replicas=3`` goes through the /scale subresource and the worker
   Deployment follows;
 * hand edits of a child (replicas, image, env, the operator's own label) are put back, labels
-  others add are kept, a deleted child comes back (with a Repaired Event); turning the API off
-  removes its children;
+  others add are kept, a deleted child comes back (with a Repaired Event); fields removed from
+  the spec are removed from every child while annotations others add stay (server-side apply);
+  turning the API off removes its children;
+* a child the merge-patching operator of earlier releases left behind (orphaned, its fields
+  managed by ``antre-operator`` with operation Update) is adopted, and what the spec no longer
+  has goes;
 * ``kubectl delete jq``: the real garbage collector removes the children; ``--cascade=orphan``
   then re-creating the JobQueue: the children are adopted, not duplicated.
 
@@ -29,11 +33,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from antre_operator import settings
+from antre_operator import kube, rendering, settings
 from antre_operator import spec as jobqueue_spec
 from redis_servers import wait_until
 
-from .samples import example
+from .samples import example, jobqueue
 from .serving import MODES, SETTLE_S, Served, serve
 
 
@@ -171,6 +175,48 @@ def test_hand_edits_are_put_back_and_foreign_labels_kept(served: Served) -> None
                for e in repaired_events), "a Repaired Event on the JobQueue"
 
 
+def pod_templates(served: Served, name: str) -> list[dict[str, Any]]:
+    """The pod templates of JobQueue ``name``'s workers, reaper and API."""
+    worker = served.child("deployment", f"{name}-worker") or {}
+    reaper = served.child("cronjob", f"{name}-reaper") or {}
+    api = served.child("deployment", f"{name}-api") or {}
+    return [worker.get("spec", {}).get("template") or {},
+            ((reaper.get("spec", {}).get("jobTemplate") or {}).get("spec") or {})
+            .get("template") or {},
+            api.get("spec", {}).get("template") or {}]
+
+
+def test_fields_removed_from_the_spec_are_removed_from_the_children(served: Served) -> None:
+    cluster, ns = served.cluster, served.namespace
+    extras = {"nodeSelector": {"pool": "batch"},
+              "tolerations": [{"key": "batch", "operator": "Exists", "effect": "NoSchedule"}],
+              "podAnnotations": {"team": "media", "prometheus.io/scrape": "true"}}
+    cluster.kubectl("patch", "jq", "reports", "-n", ns, "--type=merge",
+                    "-p", json.dumps({"spec": {"worker": extras}}))
+    wait_until(lambda: all(t.get("spec", {}).get("nodeSelector") == {"pool": "batch"}
+                           and (t["metadata"].get("annotations") or {}).get("team") == "media"
+                           for t in pod_templates(served, "reports")),
+               timeout_s=SETTLE_S, message="the scheduling fields on every child")
+    # Someone else's annotation on a pod template stays through every later apply.
+    cluster.kubectl("rollout", "restart", "deployment/reports-worker", "-n", ns)
+
+    cluster.kubectl("patch", "jq", "reports", "-n", ns, "--type=merge", "-p", json.dumps(
+        {"spec": {"worker": {"nodeSelector": None, "tolerations": None,
+                             "podAnnotations": {"prometheus.io/scrape": None}}}}))
+
+    def cleaned(template: dict[str, Any]) -> bool:
+        pod = template.get("spec") or {}
+        annotations = dict(template.get("metadata", {}).get("annotations") or {})
+        annotations.pop("kubectl.kubernetes.io/restartedAt", None)
+        return ("nodeSelector" not in pod and "tolerations" not in pod
+                and annotations == {"team": "media"})
+
+    wait_until(lambda: all(cleaned(t) for t in pod_templates(served, "reports")),
+               timeout_s=SETTLE_S, message="the removed fields gone from every child")
+    worker_template = pod_templates(served, "reports")[0]
+    assert "kubectl.kubernetes.io/restartedAt" in worker_template["metadata"]["annotations"]
+
+
 def test_turning_the_api_off_removes_its_children(served: Served) -> None:
     cluster, ns = served.cluster, served.namespace
     cluster.kubectl("patch", "jq", "reports", "-n", ns, "--type=merge",
@@ -213,3 +259,41 @@ def test_orphaned_children_are_adopted_by_a_new_jobqueue(served: Served) -> None
         assert controller_of(adopted)["controller"] is True
     assert len(cluster.items("deployments", ns, "antre.dev/jobqueue=emails")) == 1
 
+
+def test_a_child_of_an_earlier_operator_release_is_taken_over_cleanly(served: Served) -> None:
+    """Before server-side apply the operator merge-patched: the API server recorded its fields
+    as managed by ``antre-operator`` with operation Update, and an apply alone would never
+    remove them. Such a worker Deployment, orphaned, with a nodeSelector, a pod annotation and
+    the annotation that listed the operator's pod annotations, is adopted by a new JobQueue
+    whose spec has none of them: all three go; a label someone else added stays."""
+    cluster, ns = served.cluster, served.namespace
+    body = jobqueue("legacy", replicas=1, autoscaling={"enabled": False})
+    old_spec = jobqueue_spec.parse_jobqueue(name="legacy", namespace=ns, spec={
+        **body["spec"], "worker": {"nodeSelector": {"pool": "batch"},
+                                   "podAnnotations": {"old": "yes"}}})
+    left = rendering.render_worker_deployment(old_spec, "gone-uid", replicas=1)
+    del left["metadata"]["ownerReferences"]  # orphaned: kubectl delete --cascade=orphan
+    left["metadata"]["annotations"] = {"antre.dev/pod-annotation-keys": "old"}
+    cluster.kubectl("create", "-f", "-", "-n", ns, f"--field-manager={kube.FIELD_MANAGER}",
+                    input=json.dumps(left))
+    cluster.kubectl("label", "deployment/legacy-worker", "team=media", "-n", ns)
+
+    cluster.apply(body, namespace=ns)
+    uid = served.wait_ready("legacy")["metadata"]["uid"]
+
+    def taken_over(deployment: dict[str, Any]) -> bool:
+        template = deployment["spec"]["template"]
+        managers = {(m["manager"], m["operation"])
+                    for m in deployment["metadata"].get("managedFields") or []
+                    if not m.get("subresource")}
+        return ((deployment["metadata"].get("ownerReferences") or [{}])[0].get("uid") == uid
+                and "nodeSelector" not in template["spec"]
+                and "old" not in (template["metadata"].get("annotations") or {})
+                and "antre.dev/pod-annotation-keys" not in (
+                    deployment["metadata"].get("annotations") or {})
+                and (kube.FIELD_MANAGER, "Update") not in managers)
+
+    worker = served.wait_child("deployment", "legacy-worker", until=taken_over,
+                               what="the earlier release's child adopted and cleaned")
+    assert worker["metadata"]["labels"]["team"] == "media"
+    assert len(cluster.items("deployments", ns, "antre.dev/jobqueue=legacy")) == 1

@@ -49,10 +49,12 @@ async def k8s() -> AsyncIterator[Any]:
 
 @pytest.fixture
 def kubeconfig(k8s: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    import kubernetes
     from operator_emulation import write_kubeconfig
-
     path = write_kubeconfig(tmp_path / "kubeconfig", str(k8s.url).rstrip("/"))
     monkeypatch.setenv("KUBECONFIG", str(path))
+    # The kubernetes package reads KUBECONFIG when imported; kopf's login_via_client then uses it.
+    monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(path))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     return path
 

@@ -1,7 +1,9 @@
 """The real operator (kopf) against kmock's in-memory Kubernetes API, for integration tests.
 
 * :class:`Emulator` extends kmock's KubernetesEmulator with what kopf and our client rely on:
-  resourceVersion, uid, creationTimestamp and generation (bumped on spec changes).
+  resourceVersion, uid, creationTimestamp and generation (bumped on spec changes), and a
+  server-side apply that creates a missing object (an apply to an existing one is merged in:
+  no managed fields here; what an apply removes is tested on the real API server).
 * :func:`declare_resources` declares the API surface: the CRD resource (kopf only starts
   watching once ``customresourcedefinitions`` is discoverable), JobQueues with status/scale
   subresources, and the children's kinds.
@@ -45,6 +47,17 @@ class Emulator(kmock.KubernetesEmulator):
     _resource_version: int = attrs.field(default=0, init=False)
 
     async def _handle(self, request: kmock.Request) -> Any:
+        if (request.resource is not None and request.action == enums.action.UPDATE
+                and "apply-patch" in request.headers.get("Content-Type", "")
+                and self._current(request) is None):
+            # A server-side apply creates: an empty object, which the apply then fills in.
+            self.objects[request.resource, request.namespace, request.name] = {
+                "apiVersion": request.data.get("apiVersion"), "kind": request.data.get("kind"),
+                "metadata": {"name": request.name, "namespace": request.namespace,
+                             "uid": str(uuid.uuid4()), "generation": 0,
+                             "resourceVersion": self._next_version(),
+                             "creationTimestamp": datetime.datetime.now(datetime.UTC)
+                             .strftime("%Y-%m-%dT%H:%M:%SZ")}}
         if request.resource is not None and request.action in (enums.action.CREATE,
                                                                  enums.action.UPDATE):
             self._stamp(request)

@@ -1,9 +1,11 @@
 """A dict-backed stand-in for the Kubernetes API, to drive one ``Reconciler.step`` directly.
 
 :class:`FakeKube` subclasses the real :class:`antre_operator.kube.KubeClient` and replaces only
-``request``, so ``get``/``create``/``patch``/``apply`` run their real code. It applies JSON merge
-patches like the API server, stamps resourceVersions and records every request, so tests can
-assert which writes a step made. :func:`reconciler` builds a Reconciler with an empty child cache
+``request``, so ``get``/``patch``/``apply`` run their real code. It applies JSON merge patches
+like the API server, creates an object a server-side apply names, stamps resourceVersions and
+records every request, so tests can assert which writes a step made. It keeps no managed
+fields: an apply to an existing object is merged in, so what server-side apply removes is
+tested on the real API server (tests/e2e). :func:`reconciler` builds a Reconciler with an empty child cache
 (as right after an operator restart) and records the Events it posts.
 """
 
@@ -39,7 +41,7 @@ class FakeKube(kube.KubeClient):
         self.requests: list[tuple[str, str, Any]] = []
         self.fail: BaseException | None = None
         self.refuse_creates: BaseException | None = None
-        """Raised by every POST (e.g. in a namespace being deleted), other requests work."""
+        """Raised by every create (e.g. in a namespace being deleted), other requests work."""
         self._version = 0
 
     async def close(self) -> None:
@@ -73,15 +75,12 @@ class FakeKube(kube.KubeClient):
         if method == "GET" and path.endswith("/pods"):
             return {"items": [copy.deepcopy(v) for k, v in self.objects.items()
                               if k.startswith(path + "/")]}
-        if method == "POST":
+        if method == "PATCH" and content_type == kube.APPLY_PATCH and path not in self.objects:
             if self.refuse_creates is not None:
                 raise self.refuse_creates
             obj = json.loads(json.dumps(body))
-            target = f"{path}/{obj['metadata']['name']}"
-            if target in self.objects:
-                raise kube.Conflict(409, "already exists")
             self._stamp(obj)
-            self.objects[target] = obj
+            self.objects[path] = obj
             return copy.deepcopy(obj)
         subresource = None
         if path.endswith("/status"):
@@ -89,6 +88,8 @@ class FakeKube(kube.KubeClient):
         if method == "PATCH" and path in self.objects:
             obj = merge_patch(self.objects[path], body)
             del subresource
+            if obj == self.objects[path]:
+                return copy.deepcopy(obj)  # nothing changed: the resourceVersion stays
             self._stamp(obj)
             self.objects[path] = obj
             return copy.deepcopy(obj)

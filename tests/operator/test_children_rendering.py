@@ -3,12 +3,12 @@
 Aspects: every manifest is valid against the Kubernetes OpenAPI schemas (kubernetes-validate,
 strict: unknown fields fail); every pod meets the restricted Pod Security Standard; secrets only
 travel as secretKeyRef; ownership and labels; the worker contract (env, probes, grace period);
-drift detection that ignores server-added fields.
+optional pod fields only when the spec sets them (server-side apply removes one the operator no
+longer applies; tests/e2e shows it on the real API server).
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import kubernetes_validate
@@ -188,78 +188,24 @@ def test_name_too_long_is_refused() -> None:
         rendering.render_children(parse(body), OWNER_UID, replicas=1)
 
 
-@pytest.mark.parametrize("desired, live, expected", [
-    pytest.param({"a": 1}, {"a": 1, "b": 2}, False, id="extra-live-keys-are-fine"),
-    pytest.param({"a": 1}, {"a": 2}, True, id="changed-scalar"),
-    pytest.param({"a": {"b": 1}}, {}, True, id="missing-dict"),
-    pytest.param({"a": {}}, {}, False, id="empty-matches-absent"),
-    pytest.param({"a": []}, {"a": [1]}, True, id="empty-list-vs-items"),
-    pytest.param({"l": [{"n": 1}]}, {"l": [{"n": 1, "default": "x"}]}, False,
-                 id="server-defaults-inside-list"),
-    pytest.param({"l": [1, 2]}, {"l": [1]}, True, id="list-length"),
-    pytest.param({"b": False}, {"b": 0}, True, id="bool-is-not-int"),
-])
-def test_drifted(desired: Any, live: Any, expected: bool) -> None:
-    assert rendering.drifted(desired, live) is expected
+def pod_templates(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [m["spec"]["jobTemplate"]["spec"]["template"] if m["kind"] == "CronJob"
+            else m["spec"]["template"] for m in manifests if m["kind"] != "Service"]
 
 
-def test_rendered_object_does_not_drift_from_itself() -> None:
-    for manifest in all_manifests(FULL):
-        live = {**manifest, "status": {"x": 1}, "metadata": {**manifest["metadata"],
-                                                             "resourceVersion": "5"}}
-        assert not rendering.drifted(manifest, live)
-    deployment = all_manifests(FULL)[0]
-    edited = {**deployment, "spec": {**deployment["spec"], "replicas": 99}}
-    assert rendering.drifted(deployment, edited)
-
-
-@pytest.mark.parametrize("value", [1, "1", "0.5", "500m", "1024Mi", "1Gi", "1e3", "1k", "128Mi",
-                                   0.25, "2E", "1.5Gi", ".5", "100m"])
-def test_parse_quantity_matches_the_kubernetes_package(value: Any) -> None:
-    from kubernetes.utils import parse_quantity
-    assert rendering.parse_quantity(value) == parse_quantity(value)
-
-
-def test_resources_written_non_canonically_do_not_drift() -> None:
-    """The API server stores quantities canonically; comparing literally would patch every poll
-    (and post a "Repaired" Event each time)."""
-    body = {**MINIMAL, "spec": {**MINIMAL["spec"], "worker": {"resources": {
-        "requests": {"cpu": 1, "memory": "1024Mi"}, "limits": {"cpu": "0.5", "memory": 2048}}}}}
-    deployment = rendering.render_children(parse(body), OWNER_UID, replicas=1).present[0]
-    live = copy.deepcopy(deployment)
-    live["spec"]["template"]["spec"]["containers"][0]["resources"] = {
-        "requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "500m", "memory": "2Ki"}}
-    assert not rendering.drifted(deployment, live)
-    live["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "600m"
-    assert rendering.drifted(deployment, live)
-    # Outside resources, "1" and 1 still differ.
-    assert rendering.drifted({"a": 1}, {"a": "1"})
-
-
-def test_optional_pod_fields_are_rendered_empty_so_a_merge_patch_removes_them() -> None:
-    from antre_operator import kube
-    for manifest in all_manifests(MINIMAL):
-        if manifest["kind"] == "Service":
-            continue
-        template = (manifest["spec"]["jobTemplate"]["spec"]["template"]
-                    if manifest["kind"] == "CronJob" else manifest["spec"]["template"])
-        patch = kube.patch_body(template["spec"])
+def test_optional_pod_fields_only_when_the_spec_sets_them() -> None:
+    for template in pod_templates(all_manifests(MINIMAL)):
+        pod = template["spec"]
         for field in ("nodeSelector", "tolerations", "affinity", "imagePullSecrets"):
-            assert field in patch and patch[field] is None, field
-        assert patch["serviceAccountName"] == "default"
-        assert patch["automountServiceAccountToken"] is False
-
-
-def test_removed_pod_annotations_become_nulls_only_if_they_were_ours() -> None:
-    before = rendering.render_children(parse(FULL), OWNER_UID, replicas=1).present[0]
-    assert before["metadata"]["annotations"] == {
-        settings.POD_ANNOTATION_KEYS: "prometheus.io/scrape"}
-    after = rendering.render_children(parse(MINIMAL), OWNER_UID, replicas=1).present[0]
-    pruned = rendering.prune_pod_annotations(after, before)
-    assert pruned["spec"]["template"]["metadata"]["annotations"] == {"prometheus.io/scrape": None}
-    assert pruned["metadata"]["annotations"] == {settings.POD_ANNOTATION_KEYS: None}
-    assert rendering.prune_pod_annotations(after, None) is after
-    assert rendering.prune_pod_annotations(after, after) is after
+            assert field not in pod, field
+        assert "annotations" not in template["metadata"]
+        assert pod["serviceAccountName"] == "default"
+        assert pod["automountServiceAccountToken"] is False
+    full = parse(FULL).worker
+    for template in pod_templates(all_manifests(FULL)):
+        pod = template["spec"]
+        assert pod["nodeSelector"] == dict(full.node_selector)
+        assert template["metadata"]["annotations"] == dict(full.pod_annotations)
 
 
 def test_api_gets_max_attempts_it_stamps_into_jobs() -> None:
@@ -272,18 +218,12 @@ def test_api_gets_max_attempts_it_stamps_into_jobs() -> None:
 
 
 def test_a_named_service_account_decides_its_own_token_automount() -> None:
-    from antre_operator import kube
     jq = parse(sample(MINIMAL, worker={"serviceAccountName": "media"}))
-    for manifest in rendering.render_children(jq, OWNER_UID, replicas=1).present:
-        if manifest["kind"] == "Service":
-            continue
-        template = (manifest["spec"]["jobTemplate"]["spec"]["template"]
-                    if manifest["kind"] == "CronJob" else manifest["spec"]["template"])
+    for template in pod_templates(list(rendering.render_children(jq, OWNER_UID,
+                                                                 replicas=1).present)):
         assert template["spec"]["serviceAccountName"] == "media"
         # Not forced to true over a ServiceAccount with automountServiceAccountToken: false.
-        assert kube.patch_body(template["spec"])["automountServiceAccountToken"] is None
-        assert not rendering.drifted(template["spec"], {
-            k: v for k, v in template["spec"].items() if k != "automountServiceAccountToken"})
+        assert "automountServiceAccountToken" not in template["spec"]
 
 
 def test_with_tls_every_pod_refuses_a_plain_url_itself() -> None:

@@ -1,13 +1,12 @@
-"""The Kubernetes client: failure modes, and what a create and a later patch write.
+"""The Kubernetes client: failure modes, error answers, and the ownership upgrade.
 
 Aspects: a refused connection and a request that times out raise ``kube.KubeError`` (not
 aiohttp's or asyncio's exceptions), so ``Reconciler.step`` turns them into a condition and
-``_prefer_idle_pods`` holds a scale-down instead of the step crashing. A child created and then
-patched with the same manifest ends up exactly as created: the API server keeps empty objects it
-is given, so a create that sent ``affinity: {}`` followed by a patch that removes it changed
-every pod template once (a rollout of all workers at the first scale; seen on a real server).
-Error answers map to the exception callers tell apart (409 Conflict, 403 in a namespace being
-deleted, anything else).
+``_prefer_idle_pods`` holds a scale-down instead of the step crashing. Error answers map to the
+exception callers tell apart (409 Conflict, 403 in a namespace being deleted, anything else).
+A child written by the merge-patching operator of earlier releases has its managed fields turned
+into the apply's, so the first apply removes what the spec no longer has; others' stay theirs.
+Server-side apply itself is tested on the real API server (tests/e2e).
 """
 
 from __future__ import annotations
@@ -18,9 +17,7 @@ from typing import Any
 
 import kubernetes
 import pytest
-from antre_operator import kube, rendering
-from operator_fakes import merge_patch
-from operator_samples import FULL, MINIMAL, OWNER_UID, parse
+from antre_operator import kube
 from redis_servers import free_port
 
 
@@ -56,12 +53,38 @@ async def test_timeout_is_a_kube_error() -> None:
         server.close()
 
 
-@pytest.mark.parametrize("body", [pytest.param(MINIMAL, id="minimal"),
-                                  pytest.param(FULL, id="full")])
-def test_a_patch_after_the_create_changes_nothing(body: dict[str, Any]) -> None:
-    for manifest in rendering.render_children(parse(body), OWNER_UID, replicas=2).present:
-        created = kube.create_body(manifest)
-        assert merge_patch(created, kube.patch_body(manifest)) == created, manifest["kind"]
+def managed(manager: str, operation: str, fields: dict[str, Any],
+            subresource: str | None = None) -> dict[str, Any]:
+    entry = {"manager": manager, "operation": operation, "apiVersion": "apps/v1",
+             "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": fields}
+    if subresource is not None:
+        entry["subresource"] = subresource
+    return entry
+
+
+def test_merge_patched_fields_become_the_applys() -> None:
+    old = managed(kube.FIELD_MANAGER, "Update", {"f:spec": {"f:replicas": {}, "f:template": {
+        "f:metadata": {"f:annotations": {"f:team": {}}}}}})
+    applied = managed(kube.FIELD_MANAGER, "Apply", {"f:spec": {"f:replicas": {},
+                                                               "f:paused": {}}})
+    others = [managed("kubectl-edit", "Update", {"f:metadata": {"f:labels": {"f:x": {}}}}),
+              managed(kube.FIELD_MANAGER, "Update", {"f:status": {}}, subresource="status"),
+              managed("kube-controller-manager", "Update", {"f:status": {}}, "status")]
+    live = {"metadata": {"managedFields": [old, *others, applied]}}
+    upgraded = kube.upgraded_managed_fields(live)
+    assert upgraded is not None
+    assert upgraded[:-1] == others
+    assert upgraded[-1] == {**applied, "fieldsV1": {"f:spec": {
+        "f:replicas": {}, "f:paused": {}, "f:template": {
+            "f:metadata": {"f:annotations": {"f:team": {}}}}}}}
+    assert kube.upgraded_managed_fields({"metadata": {"managedFields": [*others, applied]}}
+                                        ) is None
+
+
+def test_merge_patched_fields_without_an_apply_yet() -> None:
+    old = managed(kube.FIELD_MANAGER, "Update", {"f:spec": {"f:replicas": {}}})
+    assert kube.upgraded_managed_fields({"metadata": {"managedFields": [old]}}) == [
+        {**old, "operation": "Apply"}]
 
 
 NAMESPACE_TERMINATING = (

@@ -2,8 +2,10 @@
 
 Aspects: right after an operator restart (no child cached yet) the first step reads the live
 worker Deployment before deciding, so it never scales down at once, neither with Redis up nor
-with Redis down; fields removed from the spec are removed from the children; an object with a
-child's name that is not ours is never adopted (patched) nor deleted; in a namespace being
+with Redis down; a child is applied again only when the manifest or the child changed since the
+last apply (at rest: no write), and a hand edit is put back with a Repaired Event; an object with
+a child's name that is not ours is never adopted (applied to) nor deleted, also when it appeared
+where the operator believed nothing was; in a namespace being
 deleted, and for a JobQueue being deleted, a step recreates nothing and posts no Event (on a real
 server the Event would be refused too, and kopf would retry it nine times).
 """
@@ -65,64 +67,38 @@ async def test_first_step_after_restart_with_idle_queue_does_not_scale_down_at_o
     assert not [e for e in events if e["reason"] == "Scaled"]
 
 
-def pod_templates(fake: FakeKube, name: str) -> list[dict[str, Any]]:
-    worker = fake.live("Deployment", NS, f"{name}-worker")
-    reaper = fake.live("CronJob", NS, f"{name}-reaper")
-    assert worker is not None and reaper is not None
-    return [worker["spec"]["template"], reaper["spec"]["jobTemplate"]["spec"]["template"]]
-
-
-async def test_fields_removed_from_the_spec_are_removed_from_the_children(
+async def test_a_child_is_applied_again_only_when_it_or_the_manifest_changed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeKube()
-    rec, _ = reconciler(monkeypatch, fake, namespace=NS, name="pods")
-    url = f"redis://127.0.0.1:{free_port()}/0"
-    scheduling = {
-        "nodeSelector": {"pool": "batch"},
-        "tolerations": [{"key": "batch", "operator": "Exists", "effect": "NoSchedule"}],
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "pool", "operator": "In", "values": ["batch"]}]}]}}},
-        "imagePullSecrets": [{"name": "registry"}],
-        "podAnnotations": {"prometheus.io/scrape": "true", "team": "media"},
-    }
-    base = {"redis": {"url": url}, "autoscaling": {"enabled": False}, "replicas": 2}
+    rec, events = reconciler(monkeypatch, fake, namespace=NS, name="rest")
+    body = jobqueue_body("rest", NS, {"redis": {"url": f"redis://127.0.0.1:{free_port()}/0"},
+                                      "autoscaling": {"enabled": False}, "replicas": 2})
+
+    def child_writes() -> list[str]:
+        return [w[1] for w in fake.writes() if "/status" not in w[1]]
+
     async with closing(rec):
-        await rec.step(jobqueue_body("pods", NS, {**base, "worker": scheduling}))
-        for template in pod_templates(fake, "pods"):
-            pod = template["spec"]
-            assert pod["nodeSelector"] == {"pool": "batch"} and pod["tolerations"]
-            assert pod["affinity"] and pod["imagePullSecrets"] == [{"name": "registry"}]
-            assert template["metadata"]["annotations"]["team"] == "media"
-            assert pod["automountServiceAccountToken"] is False
-            # Someone else's annotation on the template (kubectl rollout restart) must stay.
-            template["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = "now"
+        await rec.step(body)
+        assert len(child_writes()) == 2  # the worker Deployment and the reaper CronJob
+        await rec.step(body)
+        await rec.step(body)
+        assert len(child_writes()) == 2, "at rest: no write"
 
-        # Later the account is added and one annotation kept: that account's own automount
-        # setting decides now (the field is removed, not forced to true).
-        await rec.step(jobqueue_body("pods", NS, {**base, "worker": {
-            "serviceAccountName": "media", "podAnnotations": {"team": "media"}}}))
-        for template in pod_templates(fake, "pods"):
-            pod = template["spec"]
-            assert pod["serviceAccountName"] == "media"
-            assert "automountServiceAccountToken" not in pod
-            for field in ("nodeSelector", "tolerations", "affinity", "imagePullSecrets"):
-                assert not pod.get(field), field
-            assert template["metadata"]["annotations"] == {
-                "team": "media", "kubectl.kubernetes.io/restartedAt": "now"}
+        # A hand edit (as the watch reports it) is applied over; the CronJob is left alone.
+        path = kube.path_of("Deployment", NS, "rest-worker")
+        fake.objects[path]["spec"]["replicas"] = 7
+        fake._stamp(fake.objects[path])
+        rec.state.remember_child(("Deployment", NS, "rest-worker"), fake.objects[path])
+        await rec.step(body)
+        assert child_writes()[2:] == [path]
+        assert worker_replicas(fake, "rest") == 2
+        assert [e for e in events if e["reason"] == "Repaired"]
 
-        # And everything removed.
-        await rec.step(jobqueue_body("pods", NS, base))
-        for template in pod_templates(fake, "pods"):
-            assert template["spec"]["serviceAccountName"] == "default"
-            assert template["spec"]["automountServiceAccountToken"] is False
-            assert template["metadata"]["annotations"] == {
-                "kubectl.kubernetes.io/restartedAt": "now"}
-
-        # Nothing left to change: no more writes to the children.
-        writes = len([w for w in fake.writes() if "/status" not in w[1]])
-        await rec.step(jobqueue_body("pods", NS, base))
-        assert len([w for w in fake.writes() if "/status" not in w[1]]) == writes
+        # A changed manifest is applied; then rest again.
+        await rec.step(jobqueue_body("rest", NS, {**body["spec"], "replicas": 3}))
+        await rec.step(jobqueue_body("rest", NS, {**body["spec"], "replicas": 3}))
+        assert child_writes()[3:] == [path]
+        assert worker_replicas(fake, "rest") == 3
 
 
 def stranger(fake: FakeKube, kind: str, name: str, owner_refs: list[dict[str, Any]]) -> None:
@@ -161,15 +137,15 @@ async def test_a_strangers_object_is_not_adopted(monkeypatch: pytest.MonkeyPatch
     assert ready["status"] == "False" and "mine-worker" in ready["message"]
 
 
-async def test_create_conflict_with_a_strangers_object_does_not_patch_it() -> None:
+async def test_a_strangers_object_where_none_was_believed_is_not_applied_to() -> None:
     fake = FakeKube()
     stranger(fake, "Deployment", "q-worker", [])
     from operator_samples import MINIMAL, parse
     desired = rendering.render_worker_deployment(parse(MINIMAL), JOBQUEUE_UID, replicas=1)
     desired["metadata"]["name"], desired["metadata"]["namespace"] = "q-worker", NS
     with pytest.raises(kube.NotOwned, match="q-worker"):
-        await fake.apply(desired, None)  # believed missing: create -> 409 -> re-read
-    assert [m for m, _, _ in fake.requests] == ["POST", "GET"]
+        await fake.apply(desired, None)  # believed missing: read again before applying
+    assert [m for m, _, _ in fake.requests] == ["GET"]
 
 
 async def test_an_api_deployment_that_is_not_ours_is_not_deleted(
@@ -349,7 +325,7 @@ async def test_a_step_in_a_namespace_being_deleted_recreates_nothing_and_reports
     rec, events = reconciler(monkeypatch, fake, namespace=NS, name="gone")
     async with closing(rec):
         await rec.step(jobqueue_body("gone", NS, spec_for(redis_url)))
-    assert [r[0] for r in fake.writes()] == ["POST"], "one refused create, then nothing"
+    assert [r[0] for r in fake.writes()] == ["PATCH"], "one refused create, then nothing"
     assert events == []
 
 

@@ -87,11 +87,6 @@ def test_coarse_age(age: float | None, coarse: int | None) -> None:
     assert status.coarse_age_s(age) == coarse
 
 
-def test_patch_body_removes_emptied_fields() -> None:
-    assert kube.patch_body({"spec": {"nodeSelector": {}, "replicas": 2, "x": [1]}}) == {
-        "spec": {"nodeSelector": None, "replicas": 2, "x": [1]}}
-
-
 @pytest.mark.parametrize("argv, namespaces, peering, port", [
     pytest.param(["--all-namespaces", "--standalone", "--liveness=http://0.0.0.0:8080/healthz",
                   "--metrics-port=9999"], (), None, 9999, id="chart-cluster-wide"),

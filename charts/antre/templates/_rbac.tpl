@@ -23,7 +23,8 @@ Rules on namespaced resources: JobQueues and the children rendered from them.
   resources: [jobqueues/status]
   verbs: [patch]
 # The worker and API Deployments: render, repair when edited or deleted by hand, scale.
-# kopf watches them (labelled ours); kube.apply creates or merge-patches, never replaces (PUT).
+# kopf watches them (labelled ours); kube.apply writes with server-side apply, a patch that
+# also needs create when the object does not exist yet; never a replace (PUT).
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch, delete]
