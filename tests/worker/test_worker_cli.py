@@ -262,3 +262,25 @@ def test_every_option_has_help_and_shows_its_default():
             if not text or not shows_default:
                 missing.append(f"antre {name} {'/'.join(action.option_strings) or action.dest}")
     assert missing == []
+
+
+#: What only ``antre api`` and the diagnosis commands use; a worker starting must not import it.
+NOT_FOR_THE_WORKER = ("aiohttp.web", "jinja2", "antre.api", "antre.dashboard", "antre.findings",
+                      "antre.snapshots")
+
+
+def _modules_after(command: str) -> list[str]:
+    code = ("import json, sys\nfrom antre import cli\n"
+            f"try:\n    cli.main([{command!r}, '--help'])\nexcept SystemExit:\n    pass\n"
+            "print(json.dumps(sorted(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=60)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_each_command_imports_only_what_it_uses():
+    def heavy(modules: list[str]) -> list[str]:
+        return [m for m in modules if m.startswith(NOT_FOR_THE_WORKER)]
+    assert heavy(_modules_after("worker")) == []
+    assert "aiohttp.web" in heavy(_modules_after("api"))  # ...which the api command does import
+    assert "antre.findings" in heavy(_modules_after("doctor"))

@@ -45,20 +45,31 @@ COMMANDS: Final[tuple[Command, ...]] = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The full parser; given the command line, only the command it names gets its options
+    (some import what only that command uses, such as the HTTP server for ``api``)."""
+    chosen = _command_named(argv) if argv is not None else None
     parser = argparse.ArgumentParser(prog="antre", description="antre: a reliable Redis job queue")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command_parser = sub.add_parser(command.name, help=command.help, description=command.help)
-        if command.redis_args:
-            redis_args(command_parser)
-        command.configure(command_parser)
+        if argv is None or command.name == chosen:
+            if command.redis_args:
+                redis_args(command_parser)
+            command.configure(command_parser)
     return parser
 
 
+def _command_named(argv: Sequence[str]) -> str | None:
+    """The sub-command: the first argument that is not an option (the top level has no options
+    that take a value)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        parser = build_parser()
+        parser = build_parser(argv)
     except errors.InvalidArgument as exc:  # a bad ANTRE_* default, e.g. ANTRE_REDIS_TLS=maybe
         print(f"antre: {exc}", file=sys.stderr)
         return EXIT_USAGE

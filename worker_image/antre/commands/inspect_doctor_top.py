@@ -10,13 +10,17 @@ import json
 import math
 import sys
 import time
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from antre import errors, findings
+from antre import errors
 from antre.commands import Command, json_flag, open_queue
-from antre.findings import Severity, Thresholds
-from antre.protocol.depth import Depth
-from antre.snapshots import DeadCache, read_snapshot
+
+if TYPE_CHECKING:
+    from antre.findings import Thresholds
+    from antre.protocol.depth import Depth
+
+# findings and snapshots are imported by the functions that use them: the command line imports
+# every command module, and a worker starting should not pay for the diagnosis.
 
 #: The thresholds' flags: (flag, field of Thresholds, help).
 THRESHOLD_FLAGS: Final = (
@@ -31,6 +35,7 @@ THRESHOLD_FLAGS: Final = (
 
 
 def _thresholds(args: argparse.Namespace) -> Thresholds:
+    from antre.findings import Thresholds
     values = {}
     for flag, name, _help in THRESHOLD_FLAGS:
         value = getattr(args, name)
@@ -42,6 +47,7 @@ def _thresholds(args: argparse.Namespace) -> Thresholds:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
+    from antre.findings import Thresholds
     parser.add_argument("--sample-gap", type=float, default=1.0,
                         help="seconds between the two depth samples of the trend; 0: one sample "
                              "(default %(default)s)")
@@ -64,9 +70,10 @@ def _check_gap(value: float, flag: str) -> None:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
+    from antre import findings, snapshots
     _check_gap(args.sample_gap, "--sample-gap")
     thresholds = _thresholds(args)
-    snapshot = read_snapshot(open_queue(args), sample_gap_s=args.sample_gap,
+    snapshot = snapshots.read_snapshot(open_queue(args), sample_gap_s=args.sample_gap,
                              thresholds=thresholds)
     if args.json:
         print(json.dumps(findings.to_dict(snapshot, findings.diagnose(snapshot, thresholds),
@@ -85,9 +92,10 @@ def configure_doctor(parser: argparse.ArgumentParser) -> None:
 
 
 def run_doctor(args: argparse.Namespace) -> int:
+    from antre import findings, snapshots
     _check_gap(args.sample_gap, "--sample-gap")
     thresholds = _thresholds(args)
-    snapshot = read_snapshot(open_queue(args), sample_gap_s=args.sample_gap,
+    snapshot = snapshots.read_snapshot(open_queue(args), sample_gap_s=args.sample_gap,
                              thresholds=thresholds)
     found = findings.diagnose(snapshot, thresholds)
     if args.json:
@@ -98,7 +106,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         for finding in found:
             print(f"{str(finding.severity).upper():<8} {finding.code}: {finding.summary}")
             print(f"         -> {finding.action}")
-    return findings.exit_code(found, fail_on=Severity[args.fail_on.upper()])
+    return findings.exit_code(found, fail_on=findings.Severity[args.fail_on.upper()])
 
 
 def configure_top(parser: argparse.ArgumentParser) -> None:
@@ -110,6 +118,7 @@ def configure_top(parser: argparse.ArgumentParser) -> None:
 
 
 def run_top(args: argparse.Namespace) -> int:
+    from antre import findings, snapshots
     _check_gap(args.sample_gap, "--sample-gap")
     _check_gap(args.interval, "--interval")
     if args.iterations < 0:
@@ -118,12 +127,12 @@ def run_top(args: argparse.Namespace) -> int:
     queue = open_queue(args)
     interactive = sys.stdout.isatty()
     before: Depth | None = None
-    known_dead = DeadCache()  # each refresh reads only the dead letters it has not seen
+    known_dead = snapshots.DeadCache()  # each refresh reads only the dead letters it has not seen
     shown = 0
     while True:
         # The first screen compares two samples --sample-gap apart; later ones compare with the
         # previous screen, so the trend covers one refresh interval.
-        snapshot = read_snapshot(queue, sample_gap_s=args.sample_gap, thresholds=thresholds,
+        snapshot = snapshots.read_snapshot(queue, sample_gap_s=args.sample_gap, thresholds=thresholds,
                                  before=before, known_dead=known_dead)
         screen = findings.render(snapshot, findings.diagnose(snapshot, thresholds),
                                    thresholds=thresholds, rows=args.rows)
