@@ -165,6 +165,15 @@ class Workers:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
 
+    def cpu_s(self) -> float:
+        """User + system CPU seconds the worker processes have used so far (Linux /proc)."""
+        total = 0
+        for proc in self.alive():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+        return total / os.sysconf("SC_CLK_TCK")
+
     def alive(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.procs if p.poll() is None]
 
@@ -265,6 +274,8 @@ class DrainResult:
     enqueue_scripts_per_job: float
     drain_cmds_per_job: float
     drain_scripts_per_job: float
+    #: CPU the worker processes used during the drain, per job (their children not counted).
+    worker_cpu_s_per_job: float = 0.0
 
 
 def drain_run(adapter: Adapter, r: redis.Redis, url: str, *, jobs: int, processes: int,
@@ -280,6 +291,7 @@ def drain_run(adapter: Adapter, r: redis.Redis, url: str, *, jobs: int, processe
             warm_up(adapter, records, group, processes)
             time.sleep(0.2)
             before = command_counts(r)
+            cpu_before = group.cpu_s()
             unpark(r, adapter.ready_keys)
             start = time.monotonic()
             limit = timeout_s or max(120.0, jobs / 40)
@@ -292,11 +304,13 @@ def drain_run(adapter: Adapter, r: redis.Redis, url: str, *, jobs: int, processe
                     raise BenchError("every worker process exited during the drain:\n" + group.tail())
                 time.sleep(0.002)
             elapsed = time.monotonic() - start
+            cpu = group.cpu_s() - cpu_before
             drain_total, drain_scripts = counted(before, command_counts(r))
         return DrainResult(
             enqueue_rate=jobs / took, drain_rate=jobs / elapsed,
             enqueue_cmds_per_job=enq_total / jobs, enqueue_scripts_per_job=enq_scripts / jobs,
             drain_cmds_per_job=drain_total / jobs, drain_scripts_per_job=drain_scripts / jobs,
+            worker_cpu_s_per_job=cpu / jobs,
         )
     finally:
         records.cleanup()

@@ -97,7 +97,10 @@ def start_worker(name: str, *, redis_url: str, effects_url: str, log_dir: Path, 
         "--redis-url", redis_url, "--queue", queue,
         "--concurrency", str(concurrency), "--visibility-timeout", str(visibility_timeout_s),
         "--grace-period", str(grace_period_s), "--reaper-interval", str(reaper_interval_s),
-        "--backoff-base", str(backoff_base_s), "--backoff-max", str(backoff_max_s), *extra_args,
+        "--backoff-base", str(backoff_base_s), "--backoff-max", str(backoff_max_s),
+        # Every lifecycle event on its own line (at INFO successes are only counted), so the
+        # tests can tell a run that was acked from one that was not.
+        "--log-level", "DEBUG", *extra_args,
     ]
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT,

@@ -176,6 +176,7 @@ class Worker:
             await self.heartbeat.unregister()
             await self.settler.finish()
             self.threads.shutdown()
+            self.outcomes.log_summary()
             log.info("worker stopped", extra={"worker_id": self.worker_id,
                                               "succeeded": self.succeeded})
 

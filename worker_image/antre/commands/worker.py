@@ -30,9 +30,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "(env ANTRE_HANDLERS); the current directory is importable")
     fields.add_arguments(parser, settings.WorkerSettings)
     parser.add_argument("--log-level", default=env.get("ANTRE_LOG_LEVEL", "INFO"),
-                        help="INFO logs every outcome; WARNING drops the per-job lines (process "
-                             "start, stop and signals are always logged) (env ANTRE_LOG_LEVEL; "
-                             "default %(default)s)")
+                        help="INFO logs every failed, released or lost run and a 'settled' summary "
+                             "of the rest every 10 s; DEBUG adds a line per claim and per acked "
+                             "run; WARNING drops the per-job lines (process start, stop and "
+                             "signals are always logged) (env ANTRE_LOG_LEVEL; default %(default)s)")
 
 
 def worker_settings_from_args(args: argparse.Namespace) -> settings.WorkerSettings:
