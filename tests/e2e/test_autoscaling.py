@@ -364,7 +364,7 @@ def test_worker_killed_with_a_lease_is_requeued_and_the_reaper_cronjob_runs(
     env, name = autoscaled, REAPED
     (pod,) = env.wait_ready_pods(name, 1)
     timeline = Timeline("a worker SIGKILLed holding a lease (visibility timeout 5 s)")
-    timeline.mark("enqueued a job of 3 s")
+    enqueued = timeline.mark("enqueued a job of 3 s")
     (job_id,) = env.enqueue_sleeps(name, [3])
     env.wait_jobs(name, [job_id], "processing", timeout_s=30)
     env.kubelet.kill(env.namespace, pod, signal.SIGKILL)
@@ -372,10 +372,11 @@ def test_worker_killed_with_a_lease_is_requeued_and_the_reaper_cronjob_runs(
     (job,) = env.wait_jobs(name, [job_id], timeout_s=60)
 
     reaper_jobs = _reaper_jobs_done(env, name)
-    for event in env.pod_events(name, "started"):
-        timeline.mark(f"pod {event.pod} process started ({event.detail})", event.at)
+    for event in env.pod_events(name, "started", since=enqueued):
+        timeline.mark(f"pod {event.pod} process started again ({event.detail})", event.at)
     for step in events(job):
-        timeline.mark(f"job {step.event} (attempt {step.attempt})", step.at_ms / 1000)
+        if step.event != "enqueued":
+            timeline.mark(f"job {step.event} (attempt {step.attempt})", step.at_ms / 1000)
     for reaper_job, reaper_pod, output in reaper_jobs:
         timeline.mark(f"reaper Job {reaper_job['metadata']['name']} Complete; its pod "
                       f"{reaper_pod['metadata']['name']} {reaper_pod['status']['phase']}: "
