@@ -11,6 +11,7 @@ from collections.abc import Callable
 from antre import tracing
 from antre.outages import Outages
 from antre.outcomes import Outcomes
+from antre.protocol import scripts
 from antre.protocol.ack import ack_op
 from antre.runs import Run
 from antre.settings import QueueSettings
@@ -47,8 +48,10 @@ class AckBatcher:
         return len(self._pending)
 
     async def step(self) -> list[bool]:
-        """Acks every run queued now in one call; returns, per run, whether its lease held."""
-        batch, self._pending = self._pending, []
+        """Acks the runs queued now, at most MAX_JOBS_PER_CALL (the loop sends the rest at once);
+        returns, per run, whether its lease held."""
+        batch = self._pending[:scripts.MAX_JOBS_PER_CALL]
+        self._pending = self._pending[scripts.MAX_JOBS_PER_CALL:]
         if not batch:
             return []
         ack_ns = time.time_ns()

@@ -17,7 +17,7 @@ from antre.handler_threads import HandlerThreads
 from antre.held_runs import HeldRuns
 from antre.metrics import WorkerMetrics
 from antre.protocol import scripts
-from antre.protocol.extend_lease import ExtendResult, extend_lease_op
+from antre.protocol.extend_lease import ExtendResult, extend_lease_ops, merged
 from antre.settings import QueueSettings, WorkerSettings
 
 log = logging.getLogger("antre.heartbeat")
@@ -45,18 +45,21 @@ class Heartbeat:
         kept = self.threads.kept_locks()
         sent_at = time.monotonic()
         unconfirmed: NotReplicated | None = None
-        try:
-            result = await scripts.run_async(self.redis, extend_lease_op(
+        results: list[ExtendResult] = []
+        for op in extend_lease_ops(
                 self.queue, leases, lease_ms=self.settings.lease_ms, worker_id=self.worker_id,
                 registry_entry_json=json.dumps(self.registry_entry(), separators=(",", ":")),
-                registry_ttl_ms=self.registry_ttl_ms, kept_locks=kept,
-            ))
-        except NotReplicated as exc:
-            # Too few replicas have the renewal (durable_replicas): a failover could undo it,
-            # so the runs keep the deadline of their last confirmed renewal. Losses it found
-            # still count.
-            assert isinstance(exc.result, ExtendResult)
-            result, unconfirmed = exc.result, exc
+                registry_ttl_ms=self.registry_ttl_ms, kept_locks=kept):
+            try:
+                results.append(await scripts.run_async(self.redis, op))
+            except NotReplicated as exc:
+                # Too few replicas have the renewal (durable_replicas): a failover could undo
+                # it, so the runs keep the deadline of their last confirmed renewal. Losses it
+                # found still count.
+                assert isinstance(exc.result, ExtendResult)
+                results.append(exc.result)
+                unconfirmed = exc
+        result = merged(results)
         renewed = [lease for lease, held in zip(leases, result.held, strict=True) if held]
         if unconfirmed is None:
             self.held.renewed(renewed, sent_at=sent_at)

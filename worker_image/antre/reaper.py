@@ -20,8 +20,6 @@ from antre.settings import QueueSettings
 
 log = logging.getLogger("antre.reaper")
 
-#: Jobs handled per script call; a bigger backlog is worked off in several calls.
-BATCH_LIMIT = 1000
 
 
 @dataclass(slots=True)
@@ -40,9 +38,12 @@ class ReapTotals:
         self.workers_dropped += result.workers_dropped
 
 
-def run_once(redis: Any, queue: QueueSettings, *, limit: int = BATCH_LIMIT,
+def run_once(redis: Any, queue: QueueSettings, *, limit: int | None = None,
              max_calls: int = 1000) -> ReapTotals:
-    """A full pass from a sync client: repeats while a batch limit is hit (bounded)."""
+    """A full pass from a sync client: repeats while a batch limit is hit (bounded). Jobs per
+    call of each kind: ``limit``, by default MAX_JOBS_PER_CALL; a bigger backlog is worked off in
+    several calls, so no call holds Redis long."""
+    limit = limit or scripts.MAX_JOBS_PER_CALL
     totals = ReapTotals()
     for _ in range(max_calls):
         result = scripts.run(redis, reap_op(queue, limit=limit, pass_lock_ms=0, holder="cronjob"))
@@ -69,7 +70,8 @@ class Reaper:
         pass_lock_ms = max(int(self.interval_s * 900), 50)
         while True:
             result = await scripts.run_async(self.redis, reap_op(
-                self.queue, limit=BATCH_LIMIT, pass_lock_ms=pass_lock_ms, holder=self.holder))
+                self.queue, limit=scripts.MAX_JOBS_PER_CALL, pass_lock_ms=pass_lock_ms,
+                holder=self.holder))
             if not result.ran:
                 break
             totals.add(result)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -26,6 +27,9 @@ from antre.runs import Run
 from antre.settings import QueueSettings, WorkerSettings
 
 log = logging.getLogger("antre.worker")
+
+#: Seconds a shutdown's release keeps retrying through an outage, all its calls together.
+RELEASE_BUDGET_S = 5.0
 
 
 class Settler:
@@ -68,13 +72,18 @@ class Settler:
     async def release(self, runs: Sequence[Run], *, still_going: Collection[Run]) -> None:
         """Shutdown: gives unfinished runs back to the queue. Runs ``still_going`` (threads that
         cannot be stopped) keep their resource lock until they return."""
-        try:
-            released = await self.outages.settle(release_op(
-                self.queue, [run.lease for run in runs], worker_id=self.worker_id,
-                reason="worker shutting down",
-                keep_locks={run.claimed.id for run in still_going}), budget_s=5.0)
-        except (RedisUnavailable, LeaseLost):
-            released = [False] * len(runs)
+        released: list[bool] = []
+        deadline = time.monotonic() + RELEASE_BUDGET_S  # for every call of the release together
+        for chunk in scripts.chunked(runs):
+            try:
+                chunk_released: list[bool] = await self.outages.settle(release_op(
+                    self.queue, [run.lease for run in chunk], worker_id=self.worker_id,
+                    reason="worker shutting down",
+                    keep_locks={run.claimed.id for run in still_going}),
+                    budget_s=max(deadline - time.monotonic(), 0.1))
+                released += chunk_released
+            except (RedisUnavailable, LeaseLost):
+                released += [False] * len(chunk)
         for run, ok in zip(runs, released, strict=True):
             self.held.forget(run)
             if ok and run in still_going:
@@ -88,10 +97,11 @@ class Settler:
         expires and is requeued by the reaper."""
         log.warning("claimed jobs given back unstarted", extra={
             "worker_id": self.worker_id, "jobs": len(jobs), "reason": reason})
-        with contextlib.suppress(Exception):
-            await scripts.run_async(self.redis, release_op(
-                self.queue, [(job.id, job.lease) for job in jobs], worker_id=self.worker_id,
-                reason=reason))
+        for chunk in scripts.chunked(jobs):
+            with contextlib.suppress(Exception):
+                await scripts.run_async(self.redis, release_op(
+                    self.queue, [(job.id, job.lease) for job in chunk], worker_id=self.worker_id,
+                    reason=reason))
 
     def unlock_soon(self, run: Run) -> None:
         """A thread that kept its run's resource lock returned: free the lock. Not freed (Redis

@@ -73,12 +73,19 @@ local function release_lock(lock_prefix, resource_key, token)
   end
 end
 
+-- ZREM of any number of members: Lua's unpack has a limit of a few thousand values.
+local function zrem_all(key, members)
+  for first = 1, #members, 1000 do
+    redis.call('ZREM', key, unpack(members, first, math.min(first + 999, #members)))
+  end
+end
+
 -- Moves due ids from the retry ZSET to the head of the ready list, earliest due first.
 local function promote_due(ready_key, retry_key, job_prefix, now, limit)
   local due = redis.call('ZRANGEBYSCORE', retry_key, '-inf', now, 'LIMIT', 0, limit)
   local n = #due
   if n == 0 then return 0 end
-  redis.call('ZREM', retry_key, unpack(due))
+  zrem_all(retry_key, due)
   for i = n, 1, -1 do
     local id = due[i]
     local job_key = job_prefix .. id
@@ -147,13 +154,6 @@ local function too_many_ids(first)
       .. '; at most ' .. MAX_IDS_PER_CALL .. ' per call')
   end
   return nil
-end
-
--- ZREM of any number of members: Lua's unpack has a limit of a few thousand values.
-local function zrem_all(key, members)
-  for first = 1, #members, 1000 do
-    redis.call('ZREM', key, unpack(members, first, math.min(first + 999, #members)))
-  end
 end
 
 -- ZMSCORE of any number of members, in chunks: one score (or false) per member.

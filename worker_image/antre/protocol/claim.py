@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from antre.jobs import ClaimedJob
+from antre.protocol import scripts
 from antre.protocol.scripts import Durability, Op, load
 from antre.settings import QueueSettings, WorkerSettings
 
@@ -55,7 +56,10 @@ def _parse(reply: list[Any]) -> ClaimResult:
 
 def claim_op(settings: QueueSettings, worker_settings: WorkerSettings, *, worker_id: str,
              max_jobs: int) -> Op[ClaimResult]:
+    """Claims up to ``max_jobs``, at most MAX_JOBS_PER_CALL in one call (a worker with more
+    free slots claims again at once)."""
     k = settings.keys
+    max_jobs = min(max_jobs, scripts.MAX_JOBS_PER_CALL)
     return Op(
         load("claim"),
         [k.ready, k.processing, k.retry, k.stats, k.dead],

@@ -10,12 +10,12 @@ from typing import Any
 
 from antre import errors
 from antre.jobs import EnqueueResult, new_job_id
-from antre.protocol.scripts import Durability, Op, ScriptArg, load
+from antre.protocol.scripts import MAX_JOBS_PER_CALL, Durability, Op, ScriptArg, load
 from antre.settings import QueueSettings
 
 #: Jobs per script call in enqueue_many: big enough to amortise the round trip, small enough
 #: not to stall Redis for other clients.
-BATCH_SIZE = 500
+BATCH_SIZE = MAX_JOBS_PER_CALL
 
 
 @dataclass(frozen=True, slots=True)

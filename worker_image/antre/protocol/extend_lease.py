@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from antre.protocol.scripts import Durability, Lease, Op, ScriptArg, lease_args, load
+from antre.protocol.scripts import Durability, Lease, Op, ScriptArg, chunked, lease_args, load
 from antre.settings import QueueSettings
 
 KeptLock = tuple[str, str]
@@ -23,6 +23,24 @@ class ExtendResult:
     held: list[bool]
     #: Per kept lock: True extended, False another job owns the resource now.
     kept: list[bool]
+
+
+def extend_lease_ops(settings: QueueSettings, leases: Sequence[Lease], *, lease_ms: int,
+                     worker_id: str, registry_entry_json: str, registry_ttl_ms: int,
+                     kept_locks: Sequence[KeptLock] = ()) -> list[Op[ExtendResult]]:
+    """One heartbeat as calls of at most MAX_JOBS_PER_CALL leases (the kept locks, few, go with
+    the first); :func:`merged` joins their results in lease order."""
+    return [extend_lease_op(settings, chunk, lease_ms=lease_ms, worker_id=worker_id,
+                            registry_entry_json=registry_entry_json,
+                            registry_ttl_ms=registry_ttl_ms, kept_locks=kept_locks if i == 0 else ())
+            for i, chunk in enumerate(chunked(leases))]
+
+
+def merged(results: Sequence[ExtendResult]) -> ExtendResult:
+    """The results of one heartbeat's calls as one, in lease order; the earliest clock."""
+    return ExtendResult(now_ms=min(result.now_ms for result in results),
+                        held=[held for result in results for held in result.held],
+                        kept=[kept for result in results for kept in result.kept])
 
 
 def extend_lease_op(settings: QueueSettings, leases: Sequence[Lease], *, lease_ms: int,

@@ -37,9 +37,7 @@ local now = now_ms()
 local requeued, dead = 0, 0
 
 local expired = redis.call('ZRANGEBYSCORE', processing_key, '-inf', '(' .. now, 'LIMIT', 0, limit)
-if #expired > 0 then
-  redis.call('ZREM', processing_key, unpack(expired))
-end
+zrem_all(processing_key, expired)
 for _, id in ipairs(expired) do
   local job_key = job_prefix .. id
   -- Reads through pcall with defaults: an error here would strand the rest of the batch,

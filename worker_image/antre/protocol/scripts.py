@@ -37,6 +37,22 @@ MAX_IDS_PER_CALL: Final = 1000
 
 
 
+#: Jobs one script call of the worker or the client handles at most: a claim, an ack batch, a
+#: lease renewal, a release, an ``enqueue_many`` call. Each job costs Redis 10-20 us inside the
+#: script, and Redis serves nobody else meanwhile: the cap keeps every call under ~10 ms (a claim
+#: of 10,000 at once held Redis 170 ms). Bigger batches are sent as several calls.
+MAX_JOBS_PER_CALL: Final = 500
+
+S = TypeVar("S")
+
+
+def chunked(items: Sequence[S], size: int | None = None) -> list[Sequence[S]]:
+    """``items`` in calls of at most ``size`` (default MAX_JOBS_PER_CALL); one empty chunk for
+    no items."""
+    step = size or MAX_JOBS_PER_CALL
+    return [items[i:i + step] for i in range(0, len(items), step)] or [items[:0]]
+
+
 def check_id_count(job_ids: Sequence[str]) -> None:
     """Refuses more ids than one call takes (the scripts refuse them too)."""
     if len(job_ids) > MAX_IDS_PER_CALL:

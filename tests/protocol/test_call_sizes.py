@@ -1,0 +1,55 @@
+"""What one script call takes at most (MAX_JOBS_PER_CALL), so no call holds Redis long: a claim
+asking for more than the cap, a heartbeat of more leases than the cap split into calls whose
+results merge in lease order, and reaper batches larger than Lua's unpack limit."""
+
+from __future__ import annotations
+
+from antre.client import Queue
+from antre.protocol import scripts
+from antre.protocol.ack import ack_op
+from antre.protocol.claim import claim_op
+from antre.protocol.extend_lease import extend_lease_ops, merged
+from antre.protocol.reap import reap_op
+from antre.settings import WorkerSettings
+from invariants import assert_invariants
+from protocol_state import dump
+
+CAP = scripts.MAX_JOBS_PER_CALL
+
+
+def test_a_claim_takes_at_most_the_cap(redis_client, qs, ws):
+    Queue(redis_client, settings=qs).enqueue_many([("t", None)] * (CAP + 7))
+    result = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=10_000))
+    assert len(result.jobs) == CAP
+    assert len(dump(redis_client, qs)["ready"]) == 7
+    assert_invariants(redis_client, qs)
+
+
+def test_a_heartbeat_of_many_leases_goes_in_calls_and_merges_in_order(redis_client, qs, ws):
+    Queue(redis_client, settings=qs).enqueue_many([("t", None)] * (2 * CAP + 3))
+    leases = []
+    while len(leases) < 2 * CAP + 3:
+        leases += [(job.id, job.lease) for job in scripts.run(
+            redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=2 * CAP + 3)).jobs]
+    gone = leases[CAP + 1]
+    scripts.run(redis_client, ack_op(qs, [gone], worker_id="w1"))
+    redis_client.set(qs.keys.resource_lock("res"), "other:9")  # taken by another job
+    ops = extend_lease_ops(qs, leases, lease_ms=30_000, worker_id="w1", registry_entry_json="{}",
+                           registry_ttl_ms=10_000, kept_locks=[("res", "x:1")])
+    assert [len(op.args) for op in ops] == [7 + 2 * CAP + 2, 7 + 2 * CAP, 7 + 2 * 3]
+    result = merged([scripts.run(redis_client, op) for op in ops])
+    assert result.held == [lease != gone for lease in leases]
+    assert result.kept == [False]  # the kept lock is sent, and answered, once
+
+
+def test_reaper_batches_past_luas_unpack_limit(redis_client, qs):
+    expired = 8_500  # one ZREM of that many ids would exceed Lua's unpack limit
+    Queue(redis_client, settings=qs).enqueue_many([("t", None)] * expired)
+    short = WorkerSettings(visibility_timeout_s=1)
+    while redis_client.llen(qs.keys.ready):
+        scripts.run(redis_client, claim_op(qs, short, worker_id="w1", max_jobs=CAP))
+    redis_client.zadd(qs.keys.processing, {job_id: 1 for job_id in
+                                           redis_client.zrange(qs.keys.processing, 0, -1)})
+    result = scripts.run(redis_client, reap_op(qs, limit=10_000, pass_lock_ms=0, holder="t"))
+    assert (result.requeued, result.more) == (expired, False)
+    assert redis_client.llen(qs.keys.ready) == expired
