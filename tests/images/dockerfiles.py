@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,3 +113,13 @@ def dockerignore_allows(patterns: list[str], path: str) -> bool:
 def dockerignore_patterns(path: Path) -> list[str]:
     return [line.strip() for line in path.read_text().splitlines()
             if line.strip() and not line.strip().startswith("#")]
+
+
+def build_context(repo_root: Path, target: Path) -> None:
+    """Copy the files .dockerignore lets into the build context, as `docker build` sends them."""
+    patterns = dockerignore_patterns(repo_root / ".dockerignore")
+    for path in repo_root.rglob("*"):
+        relative = path.relative_to(repo_root).as_posix()
+        if path.is_file() and dockerignore_allows(patterns, relative):
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target / relative)

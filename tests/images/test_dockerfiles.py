@@ -1,10 +1,14 @@
 """The two Dockerfiles, checked statically (no Docker engine here).
 
-Aspects: multi-stage with a pinned slim Python base; the final stage installs wheels only (no
-compilers, no build tree copied in); a numeric non-root USER; an exec-form ENTRYPOINT that is a
-console script of the project ([project.scripts] in pyproject.toml); the worker's default
-command is `worker`; the root .dockerignore (the build context is the repository root) lets in
-exactly what the COPY instructions need and keeps local state out.
+Aspects: multi-stage on one slim Python base pinned by digest with its tag beside it (the same
+in both images); every pip command either checks hashes against the image's lock file or
+fetches nothing (so no version is resolved at build time); antre's wheel is built without
+build isolation, from the hashed build lock, with SOURCE_DATE_EPOCH in every stage; the final
+stage installs wheels only (no compilers, no build tree copied in); a numeric non-root USER;
+an exec-form ENTRYPOINT that is a console script of the project ([project.scripts] in
+pyproject.toml); the worker's default command is `worker`; the root .dockerignore (the build
+context is the repository root) lets in exactly what the COPY instructions need and keeps
+local state out.
 """
 
 from __future__ import annotations
@@ -26,8 +30,12 @@ IMAGES = {
     "worker": (REPO_ROOT / "worker_image" / "Dockerfile", "antre", ["worker"]),
     "operator": (REPO_ROOT / "operator" / "Dockerfile", "antre-operator", None),
 }
-PINNED_SLIM_PYTHON = re.compile(r"^(docker\.io/library/)?python:3\.11\.\d+-slim(-bookworm)?"
-                                r"(@sha256:[a-f0-9]{64})?$")
+LOCK_FILES = {"worker": "worker_image/requirements.txt", "operator": "operator/requirements.txt"}
+BUILD_LOCK = "worker_image/build-requirements.txt"
+# The tag says what it is, the digest makes it so (a tag can be pushed again).
+PINNED_SLIM_PYTHON = re.compile(r"^(docker\.io/library/)?python:3\.11\.\d+-slim-bookworm"
+                                r"@sha256:[a-f0-9]{64}$")
+PIP_COMMAND = re.compile(r"\bpip (install|download|wheel)\b[^&;]*")
 COMPILERS = re.compile(r"\b(gcc|g\+\+|clang|build-essential|make|cc)\b")
 
 
@@ -44,8 +52,52 @@ def test_multi_stage_on_a_pinned_slim_python(image: str) -> None:
     found = stages(IMAGES[image][0])
     assert len(found) >= 2, "build in one stage, run in another"
     for stage in found:
-        assert PINNED_SLIM_PYTHON.match(stage.base), f"base {stage.base} is not a pinned slim 3.11"
+        assert PINNED_SLIM_PYTHON.match(stage.base), (
+            f"base {stage.base} is not a slim 3.11 pinned by tag and digest")
     assert found[0].name == "builder"
+
+
+def test_both_images_share_one_base() -> None:
+    bases = {stage.base for path, _, _ in IMAGES.values() for stage in stages(path)}
+    assert len(bases) == 1, bases
+
+
+def test_the_base_digest_says_where_it_comes_from(image: str) -> None:
+    """scripts/pin_images.sh rewrites this line when it reads the digest from a registry."""
+    lines = [line for line in IMAGES[image][0].read_text().splitlines()
+             if line.startswith("# Base digest: ")]
+    assert len(lines) == 1, lines
+
+
+def test_every_pip_command_checks_hashes_or_fetches_nothing(image: str) -> None:
+    runs = " && ".join(i.args for stage in stages(IMAGES[image][0]) for i in stage.all("RUN"))
+    commands = [m.group(0) for m in PIP_COMMAND.finditer(runs)]
+    assert len(commands) == 5, commands
+    for command in commands:
+        hashed = "--require-hashes" in command and "--only-binary=:all:" in command
+        offline = "--no-deps" in command and ("--no-index" in command
+                                              or "--no-build-isolation" in command)
+        assert hashed or offline, f"resolves from an index without hashes: {command}"
+
+
+def test_dependencies_come_from_the_images_lock(image: str) -> None:
+    builder, final_stage = stages(IMAGES[image][0])
+    copied = copy_sources(builder)
+    assert LOCK_FILES[image] in copied and BUILD_LOCK in copied, copied
+    runs = " ".join(i.args for i in builder.all("RUN"))
+    assert "-r requirements.txt" in runs and "-r build-requirements.txt" in runs
+    final_runs = " ".join(i.args for i in final_stage.all("RUN"))
+    assert "--require-hashes" in final_runs and "-r /wheels/requirements.txt" in final_runs
+    assert "--no-deps /wheels/antre-*.whl" in final_runs, "antre itself resolves nothing"
+
+
+def test_builds_with_a_fixed_source_date(image: str) -> None:
+    """The wheel's zip entries and the compiled .pyc files take SOURCE_DATE_EPOCH."""
+    for stage in stages(IMAGES[image][0]):
+        assert any(i.args == "SOURCE_DATE_EPOCH" for i in stage.all("ARG")), stage.name
+    runs = " ".join(i.args for i in final(image).all("RUN"))
+    assert "useradd" not in runs and "groupadd" not in runs, (
+        "they stamp the day's date into /etc/shadow and the login logs")
 
 
 def test_final_stage_installs_wheels_without_compilers(image: str) -> None:
@@ -79,9 +131,7 @@ def test_entrypoint_is_a_console_script(image: str) -> None:
 def test_builder_builds_the_project_wheel(image: str) -> None:
     builder = stages(IMAGES[image][0])[0]
     runs = " ".join(i.args for i in builder.all("RUN"))
-    assert "pip wheel --no-deps --wheel-dir /wheels ." in runs
-    if image == "operator":
-        assert "[operator]" in runs, "the operator image needs antre[operator]'s dependencies"
+    assert "pip wheel --no-deps --no-build-isolation --wheel-dir /wheels ." in runs
 
 
 def test_context_holds_what_copy_needs(image: str) -> None:

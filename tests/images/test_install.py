@@ -1,95 +1,182 @@
-"""The images' install step, reproduced without Docker: wheel -> fresh virtualenv -> --help.
+"""The images' install step, reproduced without Docker: from the lock files, as the
+Dockerfiles do it, into a fresh virtualenv, then the entrypoints.
 
-As in the Dockerfiles' builder stage, the wheel is built with `pip wheel --no-deps` from a copy
-of exactly the build context that .dockerignore lets through, so a file the wheel needs but the
-context drops fails here as it would in `docker build`. The wheel goes into a new virtualenv
-(pip --no-deps), then each image's ENTRYPOINT runs with --help from that virtualenv's bin/.
+Aspects: every file the three lock files name is downloaded with ``pip download
+--require-hashes --only-binary=:all:``, so each hash is checked against the file PyPI serves
+for this machine's platform (Linux, CPython 3.11: the images' own). antre's wheel is built as
+the builder stage builds it: from a copy of exactly the build context .dockerignore lets
+through (a file the wheel needs but the context drops fails here as in `docker build`), in a
+virtualenv holding only the hashed build lock, with ``--no-build-isolation``; two builds from
+sources whose files carry different times give the same bytes (SOURCE_DATE_EPOCH). The wheel
+declares both entrypoints and carries the Lua scripts. The operator's lock (a superset of the
+worker's with the same versions and hashes, see test_locks.py) goes into a fresh virtualenv
+with ``--no-index --require-hashes`` and antre with ``--no-deps``: every requirement of antre,
+extras included, is then met, with the operator extra by that lock and without it by the
+worker's lock alone, and ``pip check`` agrees; antre and antre_operator import from that
+virtualenv, and each image's ENTRYPOINT answers --help there with what the chart and the
+operator pass it.
 
-To stay fast and offline-friendly, dependencies are not downloaded: after the install, a .pth
-line exposes the host interpreter's site-packages to the venv. Only the plain directory is
-added (.pth files inside it are not processed), so the host's editable install of antre stays
-out and `import antre` resolves to the wheel. A test checks that every requirement of the wheel
-(with the operator extra for the operator image) is satisfied by what the venv sees.
+This needs PyPI, as building the images does; pip's cache makes a second run quick. The
+virtualenvs skip compiling .pyc files (--no-compile) to keep the test short.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-import shutil
-import site
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
-from .dockerfiles import dockerignore_allows, dockerignore_patterns
+from .dockerfiles import build_context
+from .locks import read
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT_S = 300
+WORKER_LOCK = REPO_ROOT / "worker_image" / "requirements.txt"
+OPERATOR_LOCK = REPO_ROOT / "operator" / "requirements.txt"
+BUILD_LOCK = REPO_ROOT / "worker_image" / "build-requirements.txt"
+SOURCE_DATE_EPOCH = "315532800"  # the Dockerfiles' default
+TIMEOUT_S = 600
 
 
-def build_context(target: Path) -> None:
-    """Copy the files .dockerignore lets into the build context."""
-    patterns = dockerignore_patterns(REPO_ROOT / ".dockerignore")
-    for path in REPO_ROOT.rglob("*"):
-        relative = path.relative_to(REPO_ROOT).as_posix()
-        if path.is_file() and dockerignore_allows(patterns, relative):
-            (target / relative).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target / relative)
-
-
-def run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
-    result = subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=cwd,
-                            timeout=TIMEOUT_S, check=False, env=env)
-    assert result.returncode == 0, f"{' '.join(map(str, args))} failed:\n{result.stdout}\n{result.stderr}"
-    return result.stdout
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    context = tmp_path_factory.mktemp("context")
-    build_context(context)
-    if not (context / "README.md").exists():
-        # pyproject's readme; setuptools only warns without it, docker COPY would fail.
-        (context / "README.md").write_text("antre\n")
-    wheels = tmp_path_factory.mktemp("wheels")
-    # Build isolation fetches setuptools and wheel as pyproject's build-system requires.
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", wheels,
-        context, cwd=context)
-    (built,) = wheels.glob("antre-*.whl")
-    return built
-
-
-@pytest.fixture(scope="module")
-def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("venv")
-    run(sys.executable, "-m", "venv", "--without-pip", root, cwd=root)
-    python = root / "bin" / "python"
-    run(sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index",
-        "--quiet", wheel, cwd=root)
-    site_packages = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))",
-                             cwd=root).strip())
-    (site_packages / "zz_host_dependencies.pth").write_text(
-        "\n".join(site.getsitepackages()) + "\n")
-    yield root
-
-
-def clean_env() -> dict[str, str]:
-    """No PYTHONPATH from the test run, so the source tree cannot shadow the wheel."""
+def pip_env() -> dict[str, str]:
+    """This machine's pip settings, minus a local wheel directory that could stand in for
+    PyPI's files; no PYTHONPATH, so the source tree cannot shadow an installed package."""
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHONHOME"}}
+    env["PIP_FIND_LINKS"] = ""
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     return env
 
 
-def test_wheel_declares_both_entrypoints(wheel: Path) -> None:
-    with zipfile.ZipFile(wheel) as archive:
-        (entry_points,) = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
-        text = archive.read(entry_points).decode()
+def run(*args: str | Path, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run([str(a) for a in args], capture_output=True, text=True,
+                            timeout=TIMEOUT_S, check=False, env=env or pip_env())
+    assert result.returncode == 0, (f"{' '.join(map(str, args))} failed:\n"
+                                    f"{result.stdout}\n{result.stderr}")
+    return result.stdout
+
+
+def pip(*args: str | Path, env: dict[str, str] | None = None) -> str:
+    return run(sys.executable, "-m", "pip", *args, env=env)
+
+
+def new_venv(root: Path) -> Path:
+    run(sys.executable, "-m", "venv", "--without-pip", root)
+    return root / "bin" / "python"
+
+
+def install_locked(python: Path, wheelhouse: Path, lock: Path) -> None:
+    pip("--python", python, "install", "--no-index", "--find-links", wheelhouse,
+        "--require-hashes", "--only-binary=:all:", "--no-deps", "--no-compile", "-r", lock)
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every locked file, each checked against its hash (the worker's lock holds the same
+    lines as the operator's for its packages: test_locks.py)."""
+    directory = tmp_path_factory.mktemp("wheelhouse")
+    for lock in (OPERATOR_LOCK, BUILD_LOCK):
+        pip("download", "--require-hashes", "--only-binary=:all:", "--no-deps",
+            "--dest", directory, "-r", lock)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def antre_wheels(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The builder stage's `pip wheel --no-deps --no-build-isolation .` with only the hashed
+    build lock installed, twice, from contexts whose files carry different times."""
+    root = tmp_path_factory.mktemp("build")
+    python = new_venv(root / "venv")
+    install_locked(python, wheelhouse, BUILD_LOCK)
+    wheels = []
+    for file_time in (1_000_000_000, 1_700_000_000):
+        context = root / f"context-{file_time}"
+        build_context(REPO_ROOT, context)
+        if not (context / "README.md").exists():
+            (context / "README.md").write_text("antre\n")  # pyproject's readme
+        for path in context.rglob("*"):
+            os.utime(path, (file_time, file_time))
+        out = root / f"wheels-{file_time}"
+        pip("--python", python, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir",
+            out, context, env={**pip_env(), "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH})
+        wheels += list(out.glob("antre-*.whl"))
+    return wheels
+
+
+def test_a_rebuild_of_antres_wheel_gives_the_same_bytes(antre_wheels: list[Path]) -> None:
+    first, second = (hashlib.sha256(w.read_bytes()).hexdigest() for w in antre_wheels)
+    assert first == second
+
+
+@pytest.fixture(scope="module")
+def operator_venv(wheelhouse: Path, antre_wheels: list[Path],
+                  tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("operator-venv")
+    python = new_venv(root)
+    install_locked(python, wheelhouse, OPERATOR_LOCK)
+    pip("--python", python, "install", "--no-index", "--no-deps", "--no-compile",
+        antre_wheels[0])
+    return root
+
+
+def unmet_requirements(root: Path, extras: set[str], allowed: dict[str, str]) -> list[str]:
+    """Walk antre's requirements (with ``extras``) and theirs, extras included, through the
+    distributions installed in the virtualenv at ``root``; each one reached must be installed
+    at a version its requirement allows and listed in ``allowed`` (name -> locked version)."""
+    (site_packages,) = (root / "lib").glob("python3*/site-packages")
+    installed = {canonicalize_name(d.metadata["Name"]): d
+                 for d in metadata.distributions(path=[str(site_packages)])}
+    unmet: list[str] = []
+    seen: set[tuple[str, frozenset[str]]] = set()
+    todo = [("antre", frozenset(extras))]
+    while todo:
+        name, wanted = todo.pop()
+        if (name, wanted) in seen:
+            continue
+        seen.add((name, wanted))
+        for line in installed[name].requires or []:
+            req = Requirement(line)
+            if req.marker and not any(req.marker.evaluate({"extra": e})
+                                      for e in (wanted or {""})):
+                continue
+            dependency = canonicalize_name(req.name)
+            if dependency not in installed:
+                unmet.append(f"{name} needs {req}: not installed")
+            elif not req.specifier.contains(installed[dependency].version, prereleases=True):
+                unmet.append(f"{name} needs {req}: {installed[dependency].version} installed")
+            elif allowed.get(dependency) != installed[dependency].version:
+                unmet.append(f"{name} needs {req}: not in this image's lock")
+            else:
+                todo.append((dependency, frozenset(req.extras)))
+    return unmet
+
+
+@pytest.mark.parametrize(("lock", "extras"), [
+    pytest.param(WORKER_LOCK, set(), id="worker"),
+    pytest.param(OPERATOR_LOCK, {"operator"}, id="operator"),
+])
+def test_the_lock_meets_every_requirement(operator_venv: Path, lock: Path,
+                                          extras: set[str]) -> None:
+    allowed = {name: locked.version for name, locked in read(lock).packages.items()}
+    assert not unmet_requirements(operator_venv, extras, allowed)
+
+
+def test_pip_check_agrees(operator_venv: Path) -> None:
+    assert "No broken requirements found" in pip("--python", operator_venv / "bin" / "python",
+                                                 "check")
+
+
+def test_wheel_declares_both_entrypoints(antre_wheels: list[Path]) -> None:
+    with zipfile.ZipFile(antre_wheels[0]) as archive:
         names = archive.namelist()
+        (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        text = archive.read(entry_points).decode()
     assert "antre = antre.cli:main" in text
     assert "antre-operator = antre_operator.__main__:main" in text
     assert any(n.startswith("antre/protocol/") and n.endswith(".lua") for n in names), (
@@ -97,43 +184,24 @@ def test_wheel_declares_both_entrypoints(wheel: Path) -> None:
     assert any(n.startswith("antre_operator/") for n in names)
 
 
-def test_packages_import_from_the_wheel(venv: Path) -> None:
-    out = run(venv / "bin" / "python", "-c",
-              "import antre, antre_operator; print(antre.__file__); print(antre_operator.__file__)",
-              cwd=venv, env=clean_env())
+def test_packages_import_from_the_venv(operator_venv: Path) -> None:
+    out = run(operator_venv / "bin" / "python", "-c",
+              "import antre, antre_operator; print(antre.__file__); print(antre_operator.__file__)")
     for line in out.splitlines():
-        assert line.startswith(str(venv)), f"imported from outside the venv: {line}"
+        assert line.startswith(str(operator_venv)), f"imported from outside the venv: {line}"
 
 
-@pytest.mark.parametrize("extras", [set(), {"operator"}], ids=["worker", "operator"])
-def test_dependencies_are_satisfied(venv: Path, extras: set[str]) -> None:
-    requirements = metadata.Distribution.at(
-        next((venv / "lib").glob("python3*/site-packages/antre-*.dist-info"))).requires or []
-    missing = []
-    for line in requirements:
-        req = Requirement(line)
-        if req.marker and not any(req.marker.evaluate({"extra": e}) for e in extras or {""}):
-            continue
-        try:
-            version = metadata.version(req.name)
-        except metadata.PackageNotFoundError:
-            missing.append(f"{req} (not installed)")
-            continue
-        if not req.specifier.contains(version, prereleases=True):
-            missing.append(f"{req} (have {version})")
-    assert not missing, "requirements the image would install but this host lacks: " + ", ".join(missing)
-
-
-def test_worker_entrypoint_help(venv: Path) -> None:
-    """ENTRYPOINT ["antre"] CMD ["worker"]: both the command and its subcommand answer --help."""
-    out = run(venv / "bin" / "antre", "--help", cwd=venv, env=clean_env())
-    for command in ("worker", "reaper"):
+def test_worker_entrypoint_help(operator_venv: Path) -> None:
+    """ENTRYPOINT ["antre"] CMD ["worker"]: the command and its subcommands answer --help."""
+    out = run(operator_venv / "bin" / "antre", "--help")
+    for command in ("worker", "reaper", "api"):
         assert command in out
-    assert "--handlers" in run(venv / "bin" / "antre", "worker", "--help", cwd=venv, env=clean_env())
+    assert "--handlers" in run(operator_venv / "bin" / "antre", "worker", "--help")
 
 
-def test_operator_entrypoint_help(venv: Path) -> None:
-    out = run(venv / "bin" / "antre-operator", "--help", cwd=venv, env=clean_env())
+def test_operator_entrypoint_help(operator_venv: Path) -> None:
+    out = run(operator_venv / "bin" / "antre-operator", "--help")
     # The flags the chart passes (templates/operator-deployment.yaml).
-    for flag in ("--namespace", "--all-namespaces", "--standalone", "--peering", "--liveness"):
+    for flag in ("--namespace", "--all-namespaces", "--standalone", "--peering", "--liveness",
+                 "--metrics-port"):
         assert flag in out, f"antre-operator --help does not mention {flag}"
