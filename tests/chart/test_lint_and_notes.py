@@ -2,7 +2,8 @@
 
 Aspects: lint --strict with the defaults and with everything turned on; the notes name the
 release namespace, the Redis Secret to reference when Redis is on, what to do without Redis,
-and the CRD upgrade step; the peering note comes first when there are several replicas.
+and the CRD upgrade step; the peering note comes first when there are several replicas; with
+NetworkPolicies on, they say who may reach Redis and that enqueuers must be listed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 from .helm_runner import CHART_DIR, FULLNAME, NAMESPACE, RELEASE, run_helm, values_args
 
 EVERYTHING_ON = {
+    "networkPolicy": {"enabled": True},
     "redis": {"enabled": True},
     "exampleJobQueue": {"enabled": True, "spec": {"api": {"enabled": True}}},
     "operator": {"replicaCount": 2, "watchNamespaces": ["a"],
@@ -81,3 +83,9 @@ def test_notes_show_how_to_open_the_dashboard(helm: str, tmp_path: Path) -> None
     example["spec"]["api"]["dashboard"]["enabled"] = False
     assert "port-forward" not in notes(helm, tmp_path, {"redis": {"enabled": True},
                                                          "exampleJobQueue": example})
+
+
+def test_notes_name_who_may_reach_redis_with_network_policies(helm: str, tmp_path: Path) -> None:
+    text = notes(helm, tmp_path, EVERYTHING_ON)
+    assert "the pods of JobQueues in a\nand the clients in networkPolicy.redis.extraIngress" in text
+    assert "NetworkPolicies" not in notes(helm, tmp_path, {"redis": {"enabled": True}})
