@@ -54,6 +54,37 @@ def _sample(r: redis.Redis, qs: antre.QueueSettings) -> str:
     return f"MEMORY USAGE {r.memory_usage(key)} B, {r.object('encoding', key)}"
 
 
+def floor(r: redis.Redis, jobs: int) -> list[list[str]]:
+    """What Redis's building blocks cost per job, whatever the layout: the floor under a record
+    (a job id as long as ours, a key as long as a job key of queue ``bench``)."""
+    def job_id(i: int) -> str:
+        return f"1a2301bdc47b4{i:014x}"
+
+    def key(i: int) -> str:
+        return "antre:{bench}:job:" + job_id(i)
+
+    blocks: list[tuple[str, Callable[[redis.client.Pipeline, int], object]]] = [
+        ("a Hash key with one small field", lambda p, i: p.hset(key(i), "t", "noop")),
+        ("the same with a TTL (PEXPIRE)", lambda p, i: (p.hset(key(i), "t", "noop"),
+                                                        p.pexpire(key(i), 86_400_000))),
+        ("an id in a List", lambda p, i: p.lpush("antre:{bench}:queue", job_id(i))),
+        ("an id in a ZSET", lambda p, i: p.zadd("antre:{bench}:dead_letters", {job_id(i): i})),
+        ("a field of one shared Hash", lambda p, i: p.hset("antre:{bench}:jobs", job_id(i),
+                                                          "noop|null|5|1796103462047")),
+    ]
+    rows = []
+    for label, write in blocks:
+        def bring(write: Callable[[redis.client.Pipeline, int], object] = write) -> None:
+            pipe = r.pipeline(transaction=False)
+            for i in range(jobs):
+                write(pipe, i)
+                if i % 5000 == 4999:
+                    pipe.execute()
+            pipe.execute()
+        rows.append([label, f"{_measure(r, bring, jobs):,.0f}"])
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
@@ -107,6 +138,8 @@ def main() -> None:
         print(h.table(["state", "bytes/job (INFO used_memory)", "sample record"], rows))
         print(f"\nA day of finished records at {args.rate:,.0f} jobs/s (done_ttl_s one day): "
               f"{day / 2**30:,.2f} GiB")
+        print("\nThe floor: what Redis's building blocks cost per job, whatever the layout\n")
+        print(h.table(["building block", "bytes/job"], floor(r, args.jobs)))
     finally:
         server.stop()
 
