@@ -19,7 +19,8 @@ from .helm_runner import NAMESPACE, Rendering
 # recent release catches removed APIs, and the objects used here are stable since 1.25.
 KUBERNETES_VERSION = "1.31"
 CUSTOM_GROUPS = {"antre.dev", "kopf.dev"}
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering", "Namespace"}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering", "Namespace",
+                  "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 

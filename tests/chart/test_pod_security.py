@@ -93,6 +93,13 @@ def test_writable_paths_are_volumes(rendering: Rendering) -> None:
 
 
 def test_only_the_operator_mounts_an_api_token(rendering: Rendering) -> None:
+    """No pod automounts a token (the operator's ServiceAccount does not either, so a pod that
+    names it gets none); the operator mounts its own through a projected volume."""
     for where, pod in rendering.pod_specs():
-        wants_token = "operator" in where
-        assert pod.get("automountServiceAccountToken") is wants_token, where
+        assert pod.get("automountServiceAccountToken") is False, where
+        projected = [source for volume in pod.get("volumes") or []
+                     for source in (volume.get("projected") or {}).get("sources") or []
+                     if "serviceAccountToken" in source]
+        assert bool(projected) is ("operator" in where), where
+    for account in rendering.of_kind("ServiceAccount"):
+        assert account["automountServiceAccountToken"] is False

@@ -37,14 +37,19 @@ def plural_of(kind: str) -> str:
             "Role": "roles", "RoleBinding": "rolebindings", "ServiceAccount": "serviceaccounts",
             "Deployment": "deployments", "Service": "services",
             "ClusterKopfPeering": "clusterkopfpeerings.kopf.dev",
-            "KopfPeering": "kopfpeerings.kopf.dev"}[kind]
+            "KopfPeering": "kopfpeerings.kopf.dev",
+            "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+            "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}[kind]
+
+
+CLUSTER_SCOPED = ("Cluster", "ValidatingAdmissionPolicy")
 
 
 def existing(cluster: Cluster, objects: list[dict[str, Any]], namespace: str,
              ) -> list[dict[str, Any] | None]:
     return [cluster.get(plural_of(obj["kind"]), obj["metadata"]["name"],
                         obj["metadata"].get("namespace") or (
-                            None if obj["kind"].startswith("Cluster") else namespace))
+                            None if obj["kind"].startswith(CLUSTER_SCOPED) else namespace))
             for obj in objects]
 
 
@@ -66,7 +71,8 @@ def test_install_upgrade_uninstall_with_defaults(cluster: Cluster, crds: None,
         objects = release_objects(cluster, release, namespace)
         kinds = sorted(obj["kind"] for obj in objects)
         assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                         "ServiceAccount"], kinds
+                         "ServiceAccount", *["ValidatingAdmissionPolicy"] * 3,
+                         *["ValidatingAdmissionPolicyBinding"] * 3], kinds
         assert all(existing(cluster, objects, namespace))
 
         # The real ReplicaSet controller makes the operator pod (Pending: no kubelet here);
@@ -141,7 +147,7 @@ def test_quick_start_install(cluster: Cluster, crds: None, tmp_path: Path) -> No
         kinds = {obj["kind"] for obj in objects}
         assert {"StatefulSet", "Secret", "JobQueue"} <= kinds, kinds
         for obj in objects:
-            scope = None if obj["kind"].startswith("Cluster") else namespace
+            scope = None if obj["kind"].startswith(CLUSTER_SCOPED) else namespace
             kind = obj["kind"].lower() + ("" if obj["kind"] != "JobQueue" else ".antre.dev")
             assert cluster.get(kind, obj["metadata"]["name"], scope) is not None, obj["kind"]
         example = cluster.get("jobqueue", "example", namespace)
