@@ -32,6 +32,22 @@ class Install:
     def operator_args(self) -> list[str]:
         return chart_args(self.deployment)
 
+    def operator_env(self) -> dict[str, str]:
+        """The operator container's environment as the chart sets it, with the downward API
+        resolved as the kubelet would (its namespace, its ServiceAccount)."""
+        fields = {"metadata.namespace": self.namespace,
+                  "spec.serviceAccountName": self.service_account,
+                  "metadata.name": f"{self.release}-operator-local"}
+        container = self.deployment["spec"]["template"]["spec"]["containers"][0]
+        env: dict[str, str] = {}
+        for item in container.get("env") or []:
+            ref = (item.get("valueFrom") or {}).get("fieldRef")
+            if ref is not None:
+                env[item["name"]] = fields[ref["fieldPath"]]
+            elif "value" in item:
+                env[item["name"]] = str(item["value"])
+        return env
+
 
 def values_file(directory: Path, values: dict[str, Any]) -> list[str]:
     if not values:

@@ -87,14 +87,17 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve(cluster: Cluster, mode: str, workdir: Path, *,
-          appendonly: bool = False) -> Iterator[Served]:
-    """``appendonly``: the Redis keeps its data across a restart (the fault scenarios)."""
+def serve(cluster: Cluster, mode: str, workdir: Path, *, appendonly: bool = False,
+          operator_values: dict[str, Any] | None = None) -> Iterator[Served]:
+    """``appendonly``: the Redis keeps its data across a restart (the fault scenarios);
+    ``operator_values``: more chart values under ``operator`` (e.g. its jobQueuePolicy)."""
     assert mode in MODES, mode
     namespace = cluster.create_namespace(f"jobs-{mode}")
     # Unique per call: the namespaces of an earlier install may still be terminating.
     release = f"antre-{mode}-{namespace.rsplit('-', 1)[1]}"
-    operator_values: dict[str, Any] = {"watchNamespaces": [namespace]} if mode == "namespaced" else {}
+    operator_values = dict(operator_values or {})
+    if mode == "namespaced":
+        operator_values["watchNamespaces"] = [namespace]
     if not cluster.built:
         # A cluster with kubelets would start the chart's operator pod beside ours.
         operator_values["replicaCount"] = 0
@@ -104,7 +107,7 @@ def serve(cluster: Cluster, mode: str, workdir: Path, *,
     server = RedisServer("--maxmemory-policy", "noeviction", appendonly=appendonly).start()
     operator = OperatorProcess(
         cluster.service_account_kubeconfig(install.namespace, install.service_account),
-        workdir / "operator.log", install.operator_args())
+        workdir / "operator.log", install.operator_args(), extra_env=install.operator_env())
     served: Served | None = None
     try:
         operator.start()

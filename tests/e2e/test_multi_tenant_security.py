@@ -1,0 +1,365 @@
+"""A JobQueue author tries to get more than Deployments in their own namespace, and fails.
+
+On the real API server, with the chart installed cluster-wide (its RBAC) and an allow-list in
+``operator.jobQueuePolicy``, the user alice may only manage JobQueues in namespace team-a (a Role
+with jobqueues and nothing else). Each escalation of issue 12's operator section:
+
+* Secret names that are paths (``../../victim/secrets/admin-creds``) in every object name of
+  the spec, and an AppArmor ``unconfined`` pod annotation: refused by the API server (the CRD),
+  with the field named; and the operator's own client, with the chart's credentials, asked for
+  such a name, reads nothing outside team-a (dot segments were collapsed into the victim's path);
+* an image from another registry, a Redis host outside the allow-list, a JobQueue in the
+  operator's namespace naming the operator's ServiceAccount: a NotAllowed condition, no pods;
+* spec.redis.tls with a plain-text URL in the Secret: InvalidRedisUrl, no pods;
+* a Secret without the key named: the status names the key, never the keys the Secret has
+  (alice cannot read the Secret: the status was the only way);
+* pointing the operator at a port that answers with a banner, and at a closed one: the same
+  words in the status, no byte of the banner;
+
+while a good JobQueue of alice's is served, its pods as "default" with no token mounted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+from antre_operator import backlog, kube
+from redis_servers import free_port, wait_until
+
+from .cluster import Cluster
+from .samples import jobqueue, redis_url_secret
+from .serving import SETTLE_S, Served, condition, serve
+
+TRAVERSAL = "../../{victim}/secrets/admin-creds"
+POLICY = {"jobQueuePolicy": {"imageRegistries": ["ghcr.io/antre-dev"],
+                             "redisHosts": ["127.0.0.1"]}}
+
+
+@pytest.fixture(scope="module")
+def served(cluster: Cluster, crds: None,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serve(cluster, "cluster-wide", tmp_path_factory.mktemp("tenants"),
+               operator_values=POLICY) as served:
+        yield served
+    assert not served.refusals(), "\n".join(served.refusals())
+
+
+@pytest.fixture(scope="module")
+def victim(cluster: Cluster) -> Iterator[str]:
+    """Another tenant's namespace, with a Secret alice must never reach."""
+    namespace = cluster.create_namespace("victim")
+    cluster.apply(redis_url_secret("redis://:victim-password@127.0.0.1:6379/0", "admin-creds"),
+                  namespace=namespace)
+    yield namespace
+    cluster.delete_namespace(namespace)
+
+
+@pytest.fixture(scope="module")
+def alice(served: Served) -> Any:
+    """A kubeconfig of a user who may manage JobQueues in the served namespace, nothing else."""
+    cluster, ns = served.cluster, served.namespace
+    cluster.apply([
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "jobqueue-author"},
+         "rules": [{"apiGroups": ["antre.dev"], "resources": ["jobqueues"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "team-a-authors"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": "jobqueue-author"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                       "name": "team-a"}]}], namespace=ns)
+    return cluster.user_kubeconfig("alice@example.com", ["team-a"], namespace=ns)
+
+
+def as_alice(served: Served, alice: Any, body: dict[str, Any]) -> Any:
+    return served.cluster.apply(body, namespace=served.namespace, kubeconfig=alice, check=False)
+
+
+@pytest.mark.parametrize("changes, field", [
+    pytest.param({"redis": {"urlSecretRef": {"name": TRAVERSAL}}},
+                 "spec.redis.urlSecretRef.name", id="redis-url-secret"),
+    pytest.param({"api": {"enabled": True, "tokenSecretRef": {"name": TRAVERSAL}}},
+                 "spec.api.tokenSecretRef.name", id="api-token-secret"),
+    pytest.param({"worker": {"serviceAccountName": "../../kube-system/serviceaccounts/admin"}},
+                 "spec.worker.serviceAccountName", id="service-account"),
+    pytest.param({"worker": {"imagePullSecrets": [{"name": TRAVERSAL}]}},
+                 "spec.worker.imagePullSecrets[0].name", id="pull-secret"),
+    pytest.param({"worker": {"podAnnotations": {
+        "container.apparmor.security.beta.kubernetes.io/worker": "unconfined"}}},
+                 "spec.worker.podAnnotations", id="apparmor-unconfined"),
+])
+def test_paths_for_names_and_profile_annotations_are_refused_at_admission(
+        served: Served, alice: Any, victim: str, changes: dict[str, Any], field: str) -> None:
+    body = jobqueue("sneaky", **{k: _with_victim(v, victim) for k, v in changes.items()})
+    result = as_alice(served, alice, body)
+    assert result.returncode != 0, result.stdout
+    assert field in result.stderr and "Invalid value" in result.stderr, result.stderr
+    assert served.child("jobqueue", "sneaky") is None
+
+
+def _with_victim(value: Any, victim: str) -> Any:
+    if isinstance(value, str):
+        return value.format(victim=victim)
+    if isinstance(value, dict):
+        return {k: _with_victim(v, victim) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_with_victim(v, victim) for v in value]
+    return value
+
+
+def test_the_operators_client_never_reads_outside_the_namespace(served: Served,
+                                                               victim: str) -> None:
+    """With the chart's credentials (which may read Secrets cluster-wide), a name that is a
+    path reads nothing: not the victim's Secret, whatever the name holds."""
+    config = operator_configuration(served)
+
+    async def read(name: str) -> Any:
+        client = kube.KubeClient(timeout_s=30, configuration=config)
+        try:
+            return await client.get("Secret", served.namespace, name)
+        except kube.KubeError as exc:
+            return exc
+        finally:
+            await client.close()
+
+    assert isinstance(asyncio.run(read("admin-creds")), type(None))  # team-a has none
+    for name in (TRAVERSAL.format(victim=victim), f"../../{victim}/secrets/admin-creds/",
+                 f"..%2F..%2F{victim}%2Fsecrets%2Fadmin-creds"):
+        got = asyncio.run(read(name))
+        assert got is None or isinstance(got, kube.KubeError), got
+        assert "victim-password" not in str(got)
+
+
+class BannerServer:
+    """A TCP port that answers anything with an SSH-like banner, then closes."""
+
+    BANNER = b"SSH-2.0-OpenSSH_9.6 internal-build-host-7\r\n"
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.sock.accept()
+            except OSError:
+                return
+            with connection:
+                connection.sendall(self.BANNER)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def ready_condition(served: Served, name: str, status: str) -> dict[str, Any]:
+    jq = served.cluster.wait_for(
+        "jobqueue", name, served.namespace, timeout_s=SETTLE_S,
+        until=lambda body: condition(body, "Ready") == status
+        and (status == "True" or _ready(body)["reason"] not in ("", None)),
+        what=f"JobQueue {name} Ready={status}")
+    return _ready(jq)
+
+
+def _ready(body: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in (body.get("status") or {}).get("conditions") or []
+                if c["type"] == "Ready")
+
+
+def test_what_the_operator_refuses_renders_nothing(served: Served, alice: Any) -> None:
+    cluster, ns = served.cluster, served.namespace
+    # A teammate with Secret rights made these; alice cannot read them (RBAC: JobQueues only).
+    port = served.redis.port
+    cluster.apply([redis_url_secret(f"redis://:cleartext-pw@127.0.0.1:{port}/0", "plaintext"),
+                   {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "several"},
+                    "stringData": {"admin-password": "hunter", "billing-token": "token"}},
+                   redis_url_secret("redis://:pw@10.96.0.1:443/0", "elsewhere")], namespace=ns)
+    refused = cluster.kubectl("get", "secret", "several", "-n", ns, kubeconfig=alice,
+                              check=False)
+    assert refused.returncode != 0 and "forbidden" in refused.stderr
+
+    banner, closed = BannerServer(), free_port()
+    try:
+        cases = {
+            "foreign-image": (jobqueue("foreign-image",
+                                       worker={"image": "docker.io/attacker/miner:1"}),
+                              "NotAllowed"),
+            "far-host": (jobqueue("far-host", redis={"url": "redis://10.96.0.1:443/0"}),
+                         "NotAllowed"),
+            "far-secret": (jobqueue("far-secret", redis={"urlSecretRef": {"name": "elsewhere"}}),
+                           "NotAllowed"),
+            "cleartext": (jobqueue("cleartext", redis={"urlSecretRef": {"name": "plaintext"},
+                                                       "tls": True}), "InvalidRedisUrl"),
+            "keys": (jobqueue("keys", redis={"urlSecretRef": {"name": "several"}}),
+                     "SecretKeyNotFound"),
+            "banner": (jobqueue("banner", redis={"url": f"redis://127.0.0.1:{banner.port}/0"}),
+                       "RedisUnreachable"),
+            "closed": (jobqueue("closed", redis={"url": f"redis://127.0.0.1:{closed}/0"}),
+                       "RedisUnreachable"),
+            "good": (jobqueue("good"), None),
+        }
+        for body, _ in cases.values():
+            result = as_alice(served, alice, body)
+            assert result.returncode == 0, result.stderr
+        good = ready_condition(served, "good", "True")
+        assert good["status"] == "True"
+        conditions = {name: ready_condition(served, name, "False")
+                      for name, (_, reason) in cases.items() if reason is not None}
+    finally:
+        banner.close()
+    for name, (_, reason) in cases.items():
+        if reason is None:
+            continue
+        got = conditions[name]
+        assert got["reason"] == reason, (name, got)
+        if reason in ("NotAllowed", "InvalidRedisUrl"):
+            assert served.child("deployment", f"{name}-worker") is None, name
+            assert served.child("cronjob", f"{name}-reaper") is None, name
+    assert "docker.io/attacker/miner:1" in conditions["foreign-image"]["message"]
+    assert "'10.96.0.1'" in conditions["far-secret"]["message"]
+    assert "cleartext-pw" not in str(conditions["cleartext"])
+    keys_status = str(served.child("jobqueue", "keys"))
+    assert "admin-password" not in keys_status and "billing-token" not in keys_status
+    assert conditions["keys"]["message"].endswith("has no key 'url'")
+    # Same words for a banner and a closed port, none of the banner's.
+    said = {name: conditions[name]["message"].split(": ", 1)[1] for name in ("banner", "closed")}
+    assert said["banner"] == said["closed"], said
+    assert backlog.NO_REDIS_MESSAGE in said["banner"]
+    assert "OpenSSH" not in str(served.child("jobqueue", "banner"))
+
+    pod = served.child("deployment", "good-worker")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "default" and pod["automountServiceAccountToken"] is False
+
+
+def test_the_operators_namespace_and_account_are_not_for_jobqueues(served: Served) -> None:
+    """Someone who may create JobQueues in the operator's namespace (alice may not: RBAC) still
+    cannot have its pods run with the operator's token."""
+    cluster, install = served.cluster, served.install
+    cluster.kubectl("create", "secret", "generic", "redis-url", "-n", install.namespace,
+                    f"--from-literal=url={served.redis.url}")
+    body = jobqueue("inside", worker={"serviceAccountName": install.service_account})
+    cluster.apply(body, namespace=install.namespace)
+    jq = cluster.wait_for("jobqueue", "inside", install.namespace, timeout_s=SETTLE_S,
+                          until=lambda b: condition(b, "Ready") == "False",
+                          what="JobQueue inside refused")
+    ready = _ready(jq)
+    assert ready["reason"] == "NotAllowed", ready
+    assert ready["message"].startswith(f"metadata.namespace: got '{install.namespace}'")
+    assert cluster.get("deployment", "inside-worker", install.namespace) is None
+    account = cluster.get("serviceaccount", install.service_account, install.namespace)
+    assert account is not None and account["automountServiceAccountToken"] is False
+    cluster.kubectl("delete", "jobqueue", "inside", "-n", install.namespace, "--wait=true",
+                    "--timeout=60s")
+
+
+RESTRICTED_POD = {"securityContext": {"runAsNonRoot": True, "runAsUser": 10001,
+                                      "seccompProfile": {"type": "RuntimeDefault"}},
+                  "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                  "securityContext": {"allowPrivilegeEscalation": False,
+                                                      "capabilities": {"drop": ["ALL"]}}}]}
+
+
+def operator_configuration(served: Served) -> Any:
+    """The chart's credentials, as the operator's own client loads them."""
+    config = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=str(served.cluster.service_account_kubeconfig(
+            served.install.namespace, served.install.service_account)),
+        client_configuration=config)
+    return config
+
+
+def refused_by_policy(config: Any, method: str, path: str, body: Any,
+                      content_type: str = "application/merge-patch+json") -> str:
+    """The request with the operator's credentials; the answer, which should be a refusal by
+    one of the chart's admission policies (not by RBAC, which allows it)."""
+    async def send() -> str:
+        client = kube.KubeClient(timeout_s=30, configuration=config)
+        try:
+            await client.request(method, path, body=body, content_type=content_type)
+        except kube.KubeError as exc:
+            return str(exc)
+        finally:
+            await client.close()
+        return f"{method} {path}: accepted"
+
+    return asyncio.run(send())
+
+
+def assert_refused(*args: Any, **kwargs: Any) -> None:
+    answer = refused_by_policy(*args, **kwargs)
+    assert "ValidatingAdmissionPolicy" in answer and "denied request" in answer, answer
+
+
+def test_the_operators_token_writes_only_what_the_operator_renders(
+        served: Served, victim: str) -> None:
+    """What the chart's credential is worth to someone who stole it, cluster-wide: RBAC lets it
+    patch any pod and create Deployments anywhere; the chart's admission policies let it only
+    set pod-deletion-cost on the pods of JobQueue workloads and write JobQueue children."""
+    cluster, install, ns = served.cluster, served.install, served.namespace
+    operator = operator_configuration(served)
+    cluster.apply([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bystander"},
+                    "spec": RESTRICTED_POD},
+                   {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "bystander"},
+                    "spec": {"ports": [{"port": 80}]}}], namespace=victim)
+    cost = "controller.kubernetes.io/pod-deletion-cost"
+    annotate = {"metadata": {"annotations": {cost: "5"}}}
+    assert_refused(operator, "PATCH", f"/api/v1/namespaces/{victim}/pods/bystander",
+                             annotate)
+    assert_refused(operator, "DELETE",
+                             f"/api/v1/namespaces/{victim}/services/bystander", None,
+                             content_type="application/json")
+    stranger = {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "miner",
+                             "labels": {"app.kubernetes.io/managed-by": "antre-operator"}},
+                "spec": {"selector": {"matchLabels": {"app": "miner"}},
+                         "template": {"metadata": {"labels": {"app": "miner"}},
+                                      "spec": RESTRICTED_POD}}}
+    assert_refused(operator, "POST", f"/apis/apps/v1/namespaces/{victim}/deployments",
+                             stranger, content_type="application/json")
+    assert cluster.get("deployment", "miner", victim) is None
+
+    # A Deployment that passes for a child, run as the operator's own account: refused too.
+    cluster.apply(jobqueue("owned", replicas=1, autoscaling={"enabled": False}), namespace=ns)
+    served.wait_ready("owned")
+    jq = served.child("jobqueue", "owned")
+    assert jq is not None
+    disguised = {**stranger, "metadata": {
+        **stranger["metadata"], "ownerReferences": [{
+            "apiVersion": "antre.dev/v1alpha1", "kind": "JobQueue", "name": "owned",
+            "uid": jq["metadata"]["uid"]}]}}
+    disguised["spec"] = {**stranger["spec"], "template": {
+        **stranger["spec"]["template"],
+        "spec": {**RESTRICTED_POD, "serviceAccountName": install.service_account}}}
+    assert_refused(operator, "POST",
+                             f"/apis/apps/v1/namespaces/{install.namespace}/deployments",
+                             disguised, content_type="application/json")
+
+    # The pods of a JobQueue's workers: the cost annotation and nothing else.
+    pods: list[dict[str, Any]] = []
+
+    def worker_pods() -> bool:
+        pods[:] = cluster.items("pods", ns,
+                                "antre.dev/jobqueue=owned,app.kubernetes.io/component=worker")
+        return bool(pods)
+
+    wait_until(worker_pods, timeout_s=SETTLE_S, interval_s=0.5, message="a worker pod")
+    path = f"/api/v1/namespaces/{ns}/pods/{pods[0]['metadata']['name']}"
+    answer = refused_by_policy(operator, "PATCH", path,
+                               {"metadata": {"annotations": {cost: "7"}}})
+    assert answer.endswith("accepted"), answer
+    assert_refused(operator, "PATCH", path, {"metadata": {"annotations": {"x": "1"}}})
+    assert_refused(operator, "PATCH", path, {"metadata": {"labels": {"app": "x"}}})
+    container = pods[0]["spec"]["containers"][0]["name"]
+    image = {"spec": {"containers": [{"name": container, "image": "docker.io/attacker/miner:1"}]}}
+    assert_refused(operator, "PATCH", path, image,
+                             content_type="application/strategic-merge-patch+json")
