@@ -10,7 +10,7 @@
 #    the package and its `test` extra installed at the versions pinned in tests/constraints.txt.
 # 3. The helm and kubectl binaries the chart and Kubernetes tests run, and the Kubernetes control
 #    plane binaries built from Go modules (scripts/fetch_kube.sh; all cached under .cache/).
-# 4. pytest, with any arguments given.
+# 4. pytest, with any arguments given, on $ANTRE_TEST_PROCESSES processes (default 3; pytest-xdist).
 # Idempotent: a second run installs nothing new and goes straight to the tests.
 set -euo pipefail
 
@@ -47,4 +47,5 @@ PYTHON="$venv/bin/python" bash scripts/fetch_helm.sh >/dev/null
 # built from Go modules: several minutes the first time, with progress; then cached) and kubectl.
 PYTHON="$venv/bin/python" bash scripts/fetch_kube.sh >/dev/null
 
-exec "$venv/bin/python" -m pytest -q "$@"
+# Several processes (tests that share the Kubernetes control plane stay on one: tests/conftest.py).
+exec "$venv/bin/python" -m pytest -q -n "${ANTRE_TEST_PROCESSES:-3}" --dist loadgroup "$@"

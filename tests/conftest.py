@@ -1,12 +1,56 @@
-"""Shared fixtures: a session-wide real redis-server, a flushed client per test."""
+"""Shared fixtures: a session-wide real redis-server, a flushed client per test; the grouping
+of tests for parallel runs."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
+import run_report
 from redis_servers import RedisServer
+
+TESTS = Path(__file__).resolve().parent
+# Directories whose tests share one costly session fixture: under `pytest -n N --dist loadgroup`
+# (scripts/test.sh) each stays on one worker, so the Kubernetes control plane starts once.
+_ONE_WORKER_DIRECTORIES = ("e2e",)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups from the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        top = item.path.relative_to(TESTS).parts[0]
+        if top in _ONE_WORKER_DIRECTORIES:
+            item.add_marker(pytest.mark.xdist_group(top))
+
+
+_report_lines: list[str] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    # A new list: the report's list is the item's own, shared by its three phases' reports.
+    report.user_properties = [*report.user_properties, *run_report.take_pending()]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _report_lines.extend(run_report.lines_of(report.user_properties))
+
+
+@pytest.fixture
+def figures() -> list[str]:
+    """Lines a test appends to show in the run's summary (see :mod:`run_report`)."""
+    return run_report.pending
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _report_lines:
+        terminalreporter.section("Figures measured by the tests")
+        for line in _report_lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

@@ -26,12 +26,11 @@ def _bench_module() -> ModuleType:
 
 
 def test_two_thousand_enqueues_from_twenty_clients(redis_client: Any, redis_url: str,
-                                                   capsys: Any) -> None:
+                                                   figures: list[str]) -> None:
     result = _bench_module().measure(redis_url, total=2000, concurrency=20, queue="load")
-    with capsys.disabled():
-        print(f"\n[api load] {result.total} enqueues, {result.concurrency} clients: "
-              f"{result.requests_per_s} req/s, p50 {result.p50_ms} ms, p99 {result.p99_ms} ms, "
-              f"max {result.max_ms} ms")
+    figures.append(f"[api load] {result.total} enqueues, {result.concurrency} clients: "
+                   f"{result.requests_per_s} req/s, p50 {result.p50_ms} ms, "
+                   f"p99 {result.p99_ms} ms, max {result.max_ms} ms")
     assert result.statuses == {"202": 2000}
     assert result.job_ids == 2000
     assert result.jobs_found == 2000

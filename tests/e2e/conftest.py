@@ -9,7 +9,7 @@
 * ``start_operator``: runs the operator as a local process with a given kubeconfig; at the end
   of the test every process is stopped and a 403 in any of their logs fails the test.
 * ``e2e_report``: lines printed in the terminal summary (start time, request counts), so the
-  figures a run measured are in CI's log.
+  figures a run measured are in CI's log (:mod:`run_report`).
 
 Tests that need more (autoscaling, security) live beside these and reuse the same fixtures.
 """
@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+import run_report
 
 from .cluster import Cluster
 from .control_plane import REPO_ROOT, ControlPlane, KubeBinaries
@@ -30,19 +31,10 @@ from .samples import jobqueue
 
 EXTERNAL_KUBECONFIG = "ANTRE_E2E_KUBECONFIG"
 
-_report: list[str] = []
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _report:
-        terminalreporter.section("Kubernetes end-to-end figures")
-        for line in _report:
-            terminalreporter.write_line(line)
-
 
 @pytest.fixture(scope="session")
 def e2e_report() -> list[str]:
-    return _report
+    return run_report.pending
 
 
 def _fetch(script: str, *args: str) -> str:

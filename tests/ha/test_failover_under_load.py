@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
 import redis
 from antre import NotReplicated, Queue, QueueSettings, RedisUnavailable, connection
 from fault_support import SpawnWorker, WorkerProcess, check_invariants, effect_count
@@ -171,11 +170,10 @@ def run_phase(group: SentinelGroup, spawn_worker: SpawnWorker, effects: redis.Re
 
 def test_failover_under_load_loses_no_durable_enqueue(
         sentinels: SentinelGroup, spawn_worker: SpawnWorker, redis_client: Any,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        figures: list[str]) -> None:
     asynchronous = run_phase(sentinels, spawn_worker, redis_client, durable=False)
     durable = run_phase(sentinels, spawn_worker, redis_client, durable=True)
-    with capsys.disabled():
-        print(f"\n{asynchronous.line()}\n{durable.line()}")
+    figures += [asynchronous.line(), durable.line()]
     assert durable.lost == 0
     assert durable.unconfirmed > 0, "the replicas never lagged: the durable phase proved nothing"
     assert asynchronous.left_over == durable.left_over == 0
