@@ -84,6 +84,11 @@ async def start(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
         raise kopf.PermanentError(f"no Kubernetes credentials: {exc}") from None
     if state.settings.metrics_port:
         await state.metrics.serve(state.settings.metrics_port)
+    policy = state.settings.policy
+    if policy.operator_namespace is None:
+        logger.warning("POD_NAMESPACE is not set: JobQueues in the operator's own namespace "
+                       "are served like any other (the chart sets it)")
+    logger.info("JobQueue policy: %s", policy)
 
 
 @kopf.on.cleanup()
