@@ -71,7 +71,7 @@ def main() -> int:
                 time.sleep(0.2)
         rows = []
         for label, series in (("enqueue, one call per job", single),
-                              ("enqueue_many (500 per round trip)", bulk),
+                              ("enqueue_many (200 per round trip)", bulk),
                               (f"drain {args.jobs:,}, 1 worker process", drain)):
             ratio = series["durable"].median / series["async"].median
             rows.append([label, f"{series['async'].fmt()} jobs/s",

@@ -97,8 +97,8 @@ def main() -> None:
                                                max_jobs=max_jobs))
         return [(job.id, job.lease) for job in result.jobs]
 
-    enqueue_rates = {name: h.Series() for name in ("small", "full")}
-    claim_rates = {name: h.Series() for name in ("small", "full")}
+    enqueue_rates = {name: h.Series() for name in ("warm-up", "small", "full")}
+    claim_rates = {name: h.Series() for name in ("warm-up", "small", "full")}
 
     def rates(qs: antre.QueueSettings, name: str) -> None:
         queue = antre.Queue(r, settings=qs)
@@ -116,9 +116,12 @@ def main() -> None:
         big = antre.Queue(r, settings=full)
         step(r, names, rows, f"enqueue_many of {args.queued:,} jobs",
              lambda: big.enqueue_many([job] * args.queued))
-        for _ in range(args.rounds):
-            rates(small, "small")
-            rates(full, "full")
+        rates(small, "warm-up")  # scripts loaded, connections open: not counted
+        for round_number in range(args.rounds):
+            # ABBA order, so a drift in the machine's load favours neither queue.
+            pair = [(small, "small"), (full, "full")]
+            for qs, name in pair if round_number % 2 == 0 else reversed(pair):
+                rates(qs, name)
 
         held: list[tuple[str, int]] = []
 

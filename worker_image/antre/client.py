@@ -75,8 +75,8 @@ def _dead_infos(ids: Sequence[str], records: Sequence[dict[str, str]]) -> list[J
 def _chunks(job_ids: Sequence[str]) -> list[Sequence[str]]:
     # Fewer than the scripts accept (MAX_IDS_PER_CALL): a call of MAX_JOBS_PER_CALL ids keeps
     # Redis free for others.
-    return [job_ids[i:i + scripts.MAX_JOBS_PER_CALL]
-            for i in range(0, len(job_ids), scripts.MAX_JOBS_PER_CALL)]
+    size = min(scripts.MAX_JOBS_PER_CALL, scripts.MAX_IDS_PER_CALL)
+    return [job_ids[i:i + size] for i in range(0, len(job_ids), size)]
 
 
 class _QueueBase:
@@ -154,7 +154,7 @@ class Queue(_QueueBase):
             raise _unconfirmed_enqueue(exc, [], single=True) from None
 
     def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[EnqueueResult]:
-        """Adds many jobs, 500 per round trip; all are validated before any is written."""
+        """Adds many jobs, 200 per round trip; all are validated before any is written."""
         results: list[EnqueueResult] = []
         for op in enqueue_ops(self.settings, [to_new_job(spec) for spec in jobs]):
             self._register()
@@ -199,7 +199,7 @@ class Queue(_QueueBase):
 
     def replay(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> list[str]:
         """Moves dead jobs back to the queue with a fresh attempt budget (given ids, or the
-        ``limit`` oldest); returns the ids replayed. Ids go 500 per script call."""
+        ``limit`` oldest); returns the ids replayed. Ids go 200 per script call."""
         if not job_ids:
             return self._run(replay_op(self.settings, limit=limit))  # type: ignore[no-any-return]
         return [job_id for chunk in _chunks(job_ids)

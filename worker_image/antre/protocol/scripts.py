@@ -38,10 +38,11 @@ MAX_IDS_PER_CALL: Final = 1000
 
 
 #: Jobs one script call of the worker or the client handles at most: a claim, an ack batch, a
-#: lease renewal, a release, an ``enqueue_many`` call. Each job costs Redis 10-20 us inside the
-#: script, and Redis serves nobody else meanwhile: the cap keeps every call under ~10 ms (a claim
+#: lease renewal, a release, an ``enqueue_many`` call, a reaper pass, replays by id. Each job
+#: costs Redis 10-40 us inside the script (a lease recovery the most), and Redis serves nobody
+#: else meanwhile: the cap keeps a call at a few ms, far under 20 ms even on a busy host (a claim
 #: of 10,000 at once held Redis 170 ms). Bigger batches are sent as several calls.
-MAX_JOBS_PER_CALL: Final = 500
+MAX_JOBS_PER_CALL: Final = 200
 
 S = TypeVar("S")
 
