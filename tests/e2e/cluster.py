@@ -168,6 +168,18 @@ class Cluster:
                 **(labels or {})}}})
         return name
 
+    def grant(self, namespace: str, *, group: str, role: str,
+              rules: Sequence[Mapping[str, Any]]) -> None:
+        """A Role ``role`` with ``rules`` in ``namespace``, bound to the user group ``group``."""
+        self.apply([
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": role}, "rules": [dict(r) for r in rules]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": f"{group}-{role}"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                           "name": group}]}], namespace=namespace)
+
     def delete_namespace(self, name: str) -> None:
         self.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
 

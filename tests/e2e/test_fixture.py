@@ -22,16 +22,8 @@ def test_a_user_has_what_rbac_grants_and_the_audit_log_says_so(cluster: Cluster,
     assert whoami["username"] == "alice@example.com"
     assert "team-a" in whoami["groups"]
 
-    cluster.apply([
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": "pod-reader"},
-         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": "team-a-reads-pods"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                     "name": "pod-reader"},
-         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
-                       "name": "team-a"}]}], namespace=namespace)
+    cluster.grant(namespace, group="team-a", role="pod-reader",
+                  rules=[{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}])
     allowed = cluster.kubectl("get", "pods", "-n", namespace, kubeconfig=alice, check=False)
     assert allowed.returncode == 0, allowed.stderr
     refused = cluster.kubectl("get", "pods", "-n", "default", kubeconfig=alice, check=False)

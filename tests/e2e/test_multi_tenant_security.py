@@ -64,17 +64,9 @@ def victim(cluster: Cluster) -> Iterator[str]:
 def alice(served: Served) -> Any:
     """A kubeconfig of a user who may manage JobQueues in the served namespace, nothing else."""
     cluster, ns = served.cluster, served.namespace
-    cluster.apply([
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": "jobqueue-author"},
-         "rules": [{"apiGroups": ["antre.dev"], "resources": ["jobqueues"],
-                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": "team-a-authors"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                     "name": "jobqueue-author"},
-         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
-                       "name": "team-a"}]}], namespace=ns)
+    cluster.grant(ns, group="team-a", role="jobqueue-author", rules=[
+        {"apiGroups": ["antre.dev"], "resources": ["jobqueues"],
+         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}])
     return cluster.user_kubeconfig("alice@example.com", ["team-a"], namespace=ns)
 
 
