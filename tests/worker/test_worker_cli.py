@@ -284,3 +284,25 @@ def test_each_command_imports_only_what_it_uses():
     assert heavy(_modules_after("worker")) == []
     assert "aiohttp.web" in heavy(_modules_after("api"))  # ...which the api command does import
     assert "antre.findings" in heavy(_modules_after("doctor"))
+
+
+def test_a_running_worker_without_a_metrics_port_never_imports_the_http_server(
+        redis_client, redis_url, tmp_path):
+    """The handler reports what the worker process has imported by the time it runs a job."""
+    (tmp_path / "probe_jobs.py").write_text(
+        "import sys\nimport antre\n\n@antre.handler('probe')\nasync def probe(job):\n"
+        "    heavy = sorted(m for m in sys.modules if m.startswith(('aiohttp.web', 'jinja2',"
+        " 'antre.api', 'antre.dashboard')))\n"
+        "    raise antre.Permanent('loaded: ' + ','.join(heavy))\n")
+    queue = Queue(redis_client, settings=QS)
+    job_id = queue.enqueue("probe").job_id
+    proc = subprocess.Popen([*ANTRE, "worker", "--handlers", "probe_jobs", "--redis-url",
+                             redis_url, "--queue", QS.name], cwd=tmp_path, env=child_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: queue.get(job_id).status == "dead", timeout_s=20,
+                   message="the probe job run")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert queue.get(job_id).last_error == "Permanent: loaded: "

@@ -69,7 +69,6 @@ async def _serve(url: str, queue_settings: settings.QueueSettings,
     from antre.client import AsyncQueue
     from antre.depth_metrics import DepthCollector
     from antre.metrics import WorkerMetrics
-    from antre.metrics_server import serve_metrics
     from antre.worker import Worker
     metrics = WorkerMetrics(queue_settings.name)
     worker = Worker(connection.connect_async(url), queue_settings, worker_settings,
@@ -78,6 +77,8 @@ async def _serve(url: str, queue_settings: settings.QueueSettings,
     server, depth_reads = None, None
     try:
         if worker_settings.metrics_port is not None:
+            # Only here: the HTTP server (aiohttp) is most of a worker's start-up imports.
+            from antre.metrics_server import serve_metrics
             try:
                 server = await serve_metrics(metrics.registry, port=worker_settings.metrics_port,
                                              health=worker.health)
