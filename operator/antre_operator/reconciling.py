@@ -265,6 +265,7 @@ class Reconciler:
                     self._scaled(body, current, decision)
 
         self._export(jq, reading, current, decision.replicas)
+        workers = None if applied is None else await self._workers(body, jq, uid, applied)
         observation = status.Observation(
             generation=generation, problem=problem, redis_error=redis_error,
             eviction_warning=self.eviction_warning,
@@ -272,7 +273,7 @@ class Reconciler:
             autoscaling=jq.autoscaling.enabled, replicas=applied,
             ready_replicas=self._ready_replicas(jq, uid), desired_replicas=decision.replicas,
             scaling_note=decision.note, selector=rendering.worker_selector(jq.name),
-            last_scale_time=self.last_scale_time)
+            last_scale_time=self.last_scale_time, workers=workers)
         await self._write_status(body, observation)
         return interval
 
@@ -347,6 +348,29 @@ class Reconciler:
         live = self._own_worker(jq, uid) or {}
         ready = (live.get("status") or {}).get("readyReplicas")
         return ready if isinstance(ready, int) else 0
+
+    async def _workers(self, body: Any, jq: spec.JobQueueSpec, uid: str,
+                       replicas: int) -> status.Workers:
+        """How many workers are available and, while some are not, why (from their pods: a
+        read only then, so a JobQueue at rest costs nothing here)."""
+        live = self._own_worker(jq, uid)
+        workers = status.Workers(available=status.available_replicas(live))
+        if status.pods_worth_reading(live, replicas=replicas):
+            try:
+                pods = await self.kube.list("Pod", self.namespace,
+                                            labels=rendering.selector_labels(jq.name, "worker"))
+            except kube.KubeError as exc:
+                logger.warning("%s/%s: cannot read the worker pods: %s", self.namespace,
+                               self.name, exc)
+            else:
+                workers = dataclasses.replace(workers, trouble=status.pod_trouble(pods))
+        if workers.trouble is not None:
+            self._report(body, "workers", reason=workers.trouble.reason,
+                         message=workers.trouble.message)
+        else:
+            self._resolve(body, "workers", reason="WorkersRecovered",
+                          message="no worker pod is failing any more")
+        return workers
 
     # -- applying ----------------------------------------------------------------------------------
 

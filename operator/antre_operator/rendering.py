@@ -143,6 +143,9 @@ def _pod_spec(worker: spec.WorkerSpec, containers: list[dict[str, Any]], *,
     for container in containers:
         container["securityContext"] = _container_security()
         container["volumeMounts"] = [{"name": "tmp", "mountPath": "/tmp"}]
+        # A container that fails at start (a handlers module that does not import) says why in
+        # its pod status, where the JobQueue's Ready condition quotes it.
+        container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     pod: dict[str, Any] = {
         "containers": containers,
         "restartPolicy": restart_policy,

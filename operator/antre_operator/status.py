@@ -7,7 +7,10 @@ oldest job's age is reported in coarse steps.
 
 Conditions (positive polarity, like Deployments'):
 
-* ``Ready``: the spec is usable, the children are applied and Redis answers;
+* ``Ready``: the spec is usable, the children are applied, Redis answers and the workers are
+  available: False while no worker pod is available (e.g. the seconds a first worker takes to
+  start), and False with the pods' own reason (``CrashLoopBackOff``, ``ImagePullBackOff``,
+  ``CreateContainerConfigError``, ``Unschedulable``...) while any worker pod fails;
 * ``RedisReachable``: the last depth read succeeded;
 * ``Scaling``: the autoscaler is deciding (False when disabled, or paused on an error);
 * ``RedisConfigured``: maxmemory-policy is ``noeviction`` (False is a warning: jobs may be lost).
@@ -23,6 +26,16 @@ TRUE: Final = "True"
 FALSE: Final = "False"
 UNKNOWN: Final = "Unknown"
 
+#: Waiting reasons of a container that will not start by itself: the kubelet's back-offs and
+#: configuration errors (a container merely being created waits with ContainerCreating).
+FAILING_WAITING_REASONS: Final = frozenset({
+    "CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull",
+    "InvalidImageName", "CreateContainerConfigError", "CreateContainerError",
+    "RunContainerError", "PreStartHookError", "PostStartHookError",
+})
+#: Longest pod message quoted in a condition (a termination message may be 4 KiB).
+MAX_POD_MESSAGE_CHARS: Final = 240
+
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
@@ -30,6 +43,26 @@ class Problem:
 
     reason: str
     message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PodTrouble:
+    """Why a worker pod does not become available, in its own words."""
+
+    reason: str
+    """The kubelet's or the scheduler's reason (``CrashLoopBackOff``, ``Unschedulable``...)."""
+    message: str
+    """Names the pod; never changes from poll to poll while the trouble lasts."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Workers:
+    """The worker Deployment's availability as last observed."""
+
+    available: int
+    """Its status.availableReplicas."""
+    trouble: PodTrouble | None = None
+    """The first failing worker pod (the pods are read only while some are unavailable)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +98,83 @@ class Observation:
     """Why the autoscaler holds its hand (at maxReplicas, paused on an error), if it does."""
     selector: str | None = None
     last_scale_time: str | None = None
+    workers: Workers | None = None
+    """The workers' availability; None when not observed (Ready then ignores it)."""
+
+
+def available_replicas(deployment: Mapping[str, Any] | None) -> int:
+    value = ((deployment or {}).get("status") or {}).get("availableReplicas")
+    return value if isinstance(value, int) else 0
+
+
+def pods_worth_reading(deployment: Mapping[str, Any] | None, *, replicas: int) -> bool:
+    """Whether some worker pod is not available, so that its pods may say why; at rest with
+    every worker available the operator reads no pod."""
+    status = (deployment or {}).get("status") or {}
+    unavailable = status.get("unavailableReplicas")
+    return replicas > 0 and (available_replicas(deployment) < replicas
+                             or (isinstance(unavailable, int) and unavailable > 0))
+
+
+def _quoted(text: str) -> str:
+    """The last non-empty line of a pod's message (its log's tail with FallbackToLogsOnError),
+    shortened: what a user needs to see first."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    if len(last) > MAX_POD_MESSAGE_CHARS:
+        last = last[:MAX_POD_MESSAGE_CHARS - 3] + "..."
+    return last
+
+
+def _exit_text(terminated: Mapping[str, Any]) -> str:
+    text = f"exited with code {terminated.get('exitCode')}"
+    if terminated.get("reason") not in (None, "", "Error"):
+        text += f" ({terminated['reason']})"  # OOMKilled says more than "Error"
+    quoted = _quoted(str(terminated.get("message") or ""))
+    return f"{text}: {quoted}" if quoted else text
+
+
+def _container_trouble(pod_name: str, container: Mapping[str, Any]) -> PodTrouble | None:
+    if container.get("ready"):
+        return None
+    state = container.get("state") or {}
+    waiting = state.get("waiting") or {}
+    where = f"pod {pod_name}: container {container.get('name')}"
+    if waiting.get("reason") in FAILING_WAITING_REASONS - {"CrashLoopBackOff"}:
+        message = _quoted(str(waiting.get("message") or ""))
+        return PodTrouble(str(waiting["reason"]), f"{where}: {message}" if message else where)
+    # A crashing container is waiting in its back-off, running again or has just exited: one
+    # reason for all three, and the exit rather than the back-off's message, which changes
+    # with every restart.
+    exited = state.get("terminated") or {}
+    if not exited.get("exitCode"):
+        exited = (container.get("lastState") or {}).get("terminated") or {}
+    if exited.get("exitCode"):
+        return PodTrouble("CrashLoopBackOff", f"{where} {_exit_text(exited)}")
+    if waiting.get("reason") == "CrashLoopBackOff":
+        return PodTrouble("CrashLoopBackOff", f"{where} keeps exiting")
+    return None
+
+
+def pod_trouble(pods: Sequence[Mapping[str, Any]]) -> PodTrouble | None:
+    """Why worker pods fail, from the first failing one by name (stable across polls); None
+    when they are merely starting or all run."""
+    for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("name"))):
+        meta, pod_status = pod.get("metadata") or {}, pod.get("status") or {}
+        if meta.get("deletionTimestamp") or pod_status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        name = str(meta.get("name"))
+        for condition in pod_status.get("conditions") or []:
+            if (condition.get("type"), condition.get("status"),
+                    condition.get("reason")) == ("PodScheduled", FALSE, "Unschedulable"):
+                message = _quoted(str(condition.get("message") or ""))
+                return PodTrouble("Unschedulable", f"pod {name}: {message}")
+        for container in [*(pod_status.get("initContainerStatuses") or []),
+                          *(pod_status.get("containerStatuses") or [])]:
+            trouble = _container_trouble(name, container)
+            if trouble is not None:
+                return trouble
+    return None
 
 
 def coarse_age_s(age_s: float | None) -> int | None:
@@ -120,9 +230,27 @@ def conditions_for(obs: Observation) -> list[dict[str, Any]]:
     elif obs.replicas is None:
         ready = _condition("Ready", UNKNOWN, "Reconciling", "the children are not applied yet")
     else:
-        ready = _condition("Ready", TRUE, "Reconciled",
-                           "the children are applied and Redis answers")
+        ready = _workers_ready(obs.workers, obs.replicas)
     return [ready, reachable, scaling, configured]
+
+
+def _workers_ready(workers: Workers | None, replicas: int) -> dict[str, Any]:
+    """Ready once the spec, the children and Redis are fine: do the workers run?"""
+    if replicas == 0:
+        return _condition("Ready", TRUE, "ScaledToZero",
+                          "no worker runs: the desired replicas are 0")
+    if workers is None:
+        return _condition("Ready", TRUE, "WorkersAvailable",
+                          "the children are applied and Redis answers")
+    counted = f"{workers.available}/{replicas} workers available"
+    if workers.trouble is not None:
+        return _condition("Ready", FALSE, workers.trouble.reason,
+                          f"{counted}; {workers.trouble.message}")
+    if workers.available == 0:
+        return _condition("Ready", FALSE, "WorkersUnavailable",
+                          f"{counted}; waiting for a worker pod to be ready")
+    return _condition("Ready", TRUE, "WorkersAvailable",
+                      "the children are applied, Redis answers and workers are available")
 
 
 def _with_transitions(new: Sequence[dict[str, Any]], old: Sequence[Mapping[str, Any]],

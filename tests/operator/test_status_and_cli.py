@@ -20,7 +20,8 @@ from antre_operator.__main__ import parse_args, settings_from_args
 NUMBERS = status.QueueNumbers(ready=40, due=2, scheduled=5, processing=3, dead=1,
                               oldest_ready_age_s=75.5)
 OK = status.Observation(generation=3, numbers=NUMBERS, replicas=2, ready_replicas=1,
-                        desired_replicas=2, selector="a=b", eviction_checked=True)
+                        desired_replicas=2, selector="a=b", eviction_checked=True,
+                        workers=status.Workers(available=1))
 
 
 def conditions(obs: status.Observation) -> dict[str, tuple[str, str]]:
@@ -28,7 +29,7 @@ def conditions(obs: status.Observation) -> dict[str, tuple[str, str]]:
 
 
 @pytest.mark.parametrize("obs, expected", [
-    pytest.param(OK, {"Ready": ("True", "Reconciled"), "RedisReachable": ("True", "Connected"),
+    pytest.param(OK, {"Ready": ("True", "WorkersAvailable"), "RedisReachable": ("True", "Connected"),
                       "Scaling": ("True", "Active"), "RedisConfigured": ("True", "NoEviction")},
                  id="healthy"),
     pytest.param(status.Observation(generation=1, redis_error="refused", replicas=2),
@@ -42,12 +43,12 @@ def conditions(obs: status.Observation) -> dict[str, tuple[str, str]]:
                  id="invalid-spec"),
     pytest.param(status.Observation(generation=1, numbers=NUMBERS, replicas=1,
                                     eviction_warning="allkeys-lru", eviction_checked=True),
-                 {"Ready": ("True", "Reconciled"), "RedisReachable": ("True", "Connected"),
+                 {"Ready": ("True", "WorkersAvailable"), "RedisReachable": ("True", "Connected"),
                   "Scaling": ("True", "Active"),
                   "RedisConfigured": ("False", "EvictionPolicy")}, id="eviction-warning"),
     pytest.param(status.Observation(generation=1, numbers=NUMBERS, replicas=1,
                                     autoscaling=False),
-                 {"Ready": ("True", "Reconciled"), "RedisReachable": ("True", "Connected"),
+                 {"Ready": ("True", "WorkersAvailable"), "RedisReachable": ("True", "Connected"),
                   "Scaling": ("False", "Disabled"),
                   "RedisConfigured": ("Unknown", "NotChecked")}, id="fixed-replicas"),
 ])
