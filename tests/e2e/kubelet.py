@@ -7,8 +7,8 @@ the ReplicaSet controller decides which pods exist, and each worker pod is a rea
 * **Node.** It registers Node ``antre-e2e-node`` (Ready) as ``system:node:antre-e2e-node`` in
   ``system:nodes``, a kubelet's identity: the Node authorizer judges its requests, so it reads a
   Secret only for a pod bound to it.
-* **Scheduling.** As ``system:kube-scheduler`` it binds each pending pod of its namespaces to that
-  Node (``pods/binding``).
+* **Scheduling.** As ``system:kube-scheduler`` it binds each pending pod of its namespaces (those
+  matching its label selector, when given) to that Node (``pods/binding``); others stay Pending.
 * **Running.** For each pod bound to the Node it starts the container's ``command`` + ``args``
   (``$(VAR)`` expanded) as a local process whose environment is the pod's, resolved from the API
   server: plain values, ``secretKeyRef``, ``configMapKeyRef`` and ``fieldRef``
@@ -16,8 +16,12 @@ the ReplicaSet controller decides which pods exist, and each worker pod is a rea
   and Ready once the readiness probe's ``httpGet`` answers 2xx (tried every 0.2 s until then,
   every ``periodSeconds`` after; a failure makes it not Ready again). A container that exits is
   restarted as ``restartPolicy`` says: ``Always`` with a kubelet's back-off (at once, then 10 s
-  doubling up to 300 s); ``Never`` makes the pod Succeeded or Failed by its exit code (the
-  reaper CronJob's ``antre reaper --once``).
+  doubling up to 300 s), reported as a kubelet does: ``waiting`` with reason
+  ``CrashLoopBackOff`` during the back-off, the exit in ``lastState.terminated`` (its
+  ``message`` the tail of the run's output under ``terminationMessagePolicy:
+  FallbackToLogsOnError``: the last 80 lines, at most 2048 bytes) and ``restartCount``;
+  ``Never`` makes the pod Succeeded or Failed by its exit code (the reaper CronJob's
+  ``antre reaper --once``).
 * **Deleting.** When the API server marks a pod for deletion, it sends the process SIGTERM,
   waits up to ``deletionGracePeriodSeconds``, sends SIGKILL if it still runs, then deletes the
   pod with grace period 0 (uid precondition), as a kubelet does.
@@ -67,6 +71,9 @@ PORT_VARIABLE: Final = "ANTRE_METRICS_PORT"
 #: The kubelet's restart back-off: the first restart at once, then 10 s doubling to 300 s.
 BACKOFF_START_S: Final = 10.0
 BACKOFF_MAX_S: Final = 300.0
+#: How much of a failed run's output FallbackToLogsOnError makes its termination message.
+TERMINATION_LOG_LINES: Final = 80
+TERMINATION_LOG_BYTES: Final = 2048
 TICK_S: Final = 0.1
 UNREADY_PROBE_S: Final = 0.2
 _VARIABLE_RE: Final = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
@@ -127,11 +134,16 @@ class PodRun:
     port: int | None = None
     """The local port standing in for the readiness probe's container port."""
     started_at: str = ""
+    log_offset: int = 0
+    """Where the current run's output starts in ``log_path`` (runs append to one file)."""
     restarts: int = 0
     restart_at: float = 0.0
+    backoff_s: float = 0.0
     ready: bool = False
     next_probe_at: float = 0.0
     last_exit: int | None = None
+    last_termination: dict[str, Any] | None = None
+    """``lastState.terminated`` as a kubelet reports it, after a restart."""
     finished: bool = False
     """A container that will not restart exited (restartPolicy Never or OnFailure)."""
     signalled_at: float | None = None
@@ -155,9 +167,12 @@ class TestKubelet:
 
     __test__ = False  # not a test class, whatever pytest thinks of the name
 
-    def __init__(self, plane: ControlPlane, workdir: Path, namespaces: Iterable[str]) -> None:
+    def __init__(self, plane: ControlPlane, workdir: Path, namespaces: Iterable[str], *,
+                 selector: str | None = None) -> None:
+        """``selector``: a label selector; only matching pods are bound and run."""
         self.workdir = workdir
         self.namespaces = set(namespaces)
+        self.selector = selector
         self.node_kubeconfig = plane.user_kubeconfig(f"system:node:{NODE_NAME}", ["system:nodes"])
         self.node = ApiUser(self.node_kubeconfig)
         self.scheduler = ApiUser(plane.user_kubeconfig("system:kube-scheduler"))
@@ -267,8 +282,10 @@ class TestKubelet:
     def _bind_loop(self) -> None:
         """The scheduler: every pending pod of our namespaces goes to our Node."""
         try:
-            for kind, payload in self.scheduler.watch("/api/v1/pods",
-                                                      {"fieldSelector": "spec.nodeName="}):
+            query = {"fieldSelector": "spec.nodeName="}
+            if self.selector:
+                query["labelSelector"] = self.selector
+            for kind, payload in self.scheduler.watch("/api/v1/pods", query):
                 pods = payload if kind == "LIST" else [payload] if kind != "DELETED" else []
                 for pod in pods:
                     self._bind(pod)
@@ -386,6 +403,7 @@ class TestKubelet:
         if (self.bin_dir / argv[0]).exists():
             argv[0] = str(self.bin_dir / argv[0])
         run.workdir.mkdir(parents=True, exist_ok=True)
+        run.log_offset = run.log_path.stat().st_size if run.log_path.exists() else 0
         env.setdefault("PATH", f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin")
         env.setdefault("HOME", str(run.workdir))
         env["HOSTNAME"] = run.name
@@ -458,6 +476,7 @@ class TestKubelet:
         code = run.process.process.returncode
         run.last_exit = 128 - code if code < 0 else code  # -9 (SIGKILL) is reported as 137
         run.ready = False
+        run.last_termination = self._termination(run, pod)
         self._record(run, "exited", f"exit code {run.last_exit}")
         policy = pod["spec"].get("restartPolicy", "Always")
         if policy == "Never" or (policy == "OnFailure" and run.last_exit == 0):
@@ -466,8 +485,25 @@ class TestKubelet:
         delay = 0.0 if run.restarts == 0 else min(BACKOFF_START_S * 2 ** (run.restarts - 1),
                                                   BACKOFF_MAX_S)
         run.restarts += 1
+        run.backoff_s = delay
         run.restart_at = time.monotonic() + delay
         run.process = None
+
+    def _termination(self, run: PodRun, pod: Mapping[str, Any]) -> dict[str, Any]:
+        """``terminated`` of the run that just ended, with the kubelet's termination message:
+        the tail of the run's output when the policy falls back to logs on an error."""
+        code = run.last_exit
+        terminated: dict[str, Any] = {"exitCode": code,
+                                      "reason": "Completed" if code == 0 else "Error",
+                                      "startedAt": run.started_at, "finishedAt": _now_rfc3339()}
+        policy = self._container(pod).get("terminationMessagePolicy")
+        if code and policy == "FallbackToLogsOnError":
+            with run.log_path.open("rb") as log:
+                log.seek(run.log_offset)
+                output = log.read().decode(errors="replace")
+            tail = "\n".join(output.splitlines()[-TERMINATION_LOG_LINES:])
+            terminated["message"] = tail.encode()[-TERMINATION_LOG_BYTES:].decode(errors="ignore")
+        return terminated
 
     def _terminate(self, run: PodRun, pod: Mapping[str, Any]) -> None:
         """SIGTERM, the grace period, SIGKILL, then the pod is deleted for good."""
@@ -505,12 +541,19 @@ class TestKubelet:
     def _status(self, run: PodRun, pod: Mapping[str, Any]) -> dict[str, Any]:
         container = self._container(pod)
         state: dict[str, Any]
+        last: dict[str, Any] = {}
         if run.process is not None and run.process.alive():
             state = {"running": {"startedAt": run.started_at}}
+            if run.restarts and run.last_termination is not None:
+                last = {"terminated": run.last_termination}
+        elif run.process is None and run.restarts and run.last_termination is not None:
+            # Exited and waiting to be restarted: a kubelet's CrashLoopBackOff.
+            state = {"waiting": {"reason": "CrashLoopBackOff", "message":
+                                 f"back-off {run.backoff_s:.0f}s restarting failed container="
+                                 f"{container['name']} pod={run.name}_{run.namespace}({run.uid})"}}
+            last = {"terminated": run.last_termination}
         elif run.last_exit is not None:
-            state = {"terminated": {"exitCode": run.last_exit,
-                                    "reason": "Completed" if run.last_exit == 0 else "Error",
-                                    "startedAt": run.started_at}}
+            state = {"terminated": run.last_termination or {"exitCode": run.last_exit}}
         else:
             reason = "CreateContainerConfigError" if run.config_error else "ContainerCreating"
             state = {"waiting": {"reason": reason, "message": run.config_error or ""}}
@@ -529,7 +572,7 @@ class TestKubelet:
                 "containerStatuses": [{
                     "name": container["name"], "image": container.get("image", ""),
                     "imageID": "", "ready": run.ready, "restartCount": run.restarts,
-                    "started": "running" in state, "state": state}]}
+                    "started": "running" in state, "state": state, "lastState": last}]}
 
     def _report(self, run: PodRun, pod: Mapping[str, Any]) -> None:
         """Patch pods/status when what the kubelet knows changed (never twice the same)."""

@@ -42,7 +42,6 @@ from redis_servers import wait_until
 
 from .autoscaling import POLLING_S, Autoscaled, Timeline, done_at, events, fast_jobqueue
 from .cluster import Cluster
-from .kubelet import TestKubelet
 from .serving import condition, serve
 
 #: Slack on top of one polling interval for the scale-up reaction on a loaded 2-core machine.
@@ -59,22 +58,21 @@ def autoscaled(cluster: Cluster, crds: None,
         pytest.skip("the test kubelet runs pods on the suite's own control plane only; "
                     "a cluster of your own has kubelets of its own")
     workdir = tmp_path_factory.mktemp("autoscaling")
-    with serve(cluster, "cluster-wide", workdir, appendonly=True) as served:
-        kubelet = TestKubelet(cluster.control_plane, workdir / "kubelet", [served.namespace])
-        env = Autoscaled(served, kubelet.start(), workdir)
+    with serve(cluster, "cluster-wide", workdir, appendonly=True, pods="") as served:
+        assert served.kubelet is not None
+        env = Autoscaled(served, served.kubelet, workdir)
         try:
             env.apply(fast_jobqueue(REAPED, concurrency=1, min_replicas=1, max_replicas=1,
                                     visibility_s=5, reaper=True))
             yield env
         finally:
             env.close()
-            kubelet.stop()
 
 
 @pytest.fixture(autouse=True)
 def nothing_refused(autoscaled: Autoscaled) -> Iterator[None]:
     yield
-    problems = autoscaled.served.refusals() + autoscaled.kubelet.errors()
+    problems = autoscaled.served.refusals()
     assert not problems, "\n".join(problems[-20:])
 
 

@@ -1,4 +1,5 @@
-"""The operator with the chart's defaults (cluster-wide): writes at rest, deleting a namespace.
+"""The operator with the chart's defaults (cluster-wide): writes at rest, workers that crash,
+deleting a namespace.
 
 * A JobQueue at rest costs no Kubernetes writes. With a 1 s polling interval and one JobQueue
   with nothing queued, for 60 s the audit log must show no create, update, patch or delete by the
@@ -8,6 +9,12 @@
 * Other people's objects never reach the operator: it lists and watches Deployments, CronJobs
   and Services with the label selector of its children, so the API server filters them
   (bench/operator_scale.py measures what that saves beside 2,000 unrelated objects).
+* Workers that crash: a JobQueue whose handlers module does not exist. Its worker pod exits at
+  start and is restarted with the kubelet's back-off; ``Ready`` turns False with reason
+  ``CrashLoopBackOff`` (also in ``kubectl get jq``) and a message naming the pod, the exit code
+  and the worker's own error (the pod's termination message, FallbackToLogsOnError), with one
+  Warning Event. While it keeps crashing the operator writes nothing at each restart. Fixing
+  ``spec.worker.handlers`` rolls out workers that run, and ``Ready`` turns True.
 * ``kubectl delete namespace`` with a JobQueue in it: the namespace goes, and the operator
   neither recreates the children the namespace controller deletes nor posts Events there (both
   would be refused: the namespace is terminating). In namespaced mode the operator's Role is in
@@ -16,20 +23,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import time
 import urllib.parse
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from antre_operator import settings
 from redis_servers import wait_until
 
 from .audit import format_counts
 from .cluster import Cluster
-from .samples import example
-from .serving import SETTLE_S, Served, serve
+from .processes import LoggedProcess
+from .samples import example, jobqueue
+from .serving import SETTLE_S, Served, condition, serve
 
 REST_S = 60
 
@@ -63,10 +74,40 @@ def operator_footprint(served: Served, name: str) -> dict[str, Any]:
     return footprint
 
 
-def script_calls(served: Served) -> int:
-    """Lua scripts run by the served Redis so far: one per operator poll at rest."""
-    stats = redis.Redis.from_url(served.redis.url).info("commandstats")
-    return sum(int(v["calls"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+def local_ports(pid: int) -> set[int]:
+    """The local TCP ports of process ``pid``'s sockets (Linux: /proc)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:["):-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+@contextlib.contextmanager
+def redis_round_trips(served: Served, log: Path) -> Iterator[list[int]]:
+    """Counts the commands the operator process sends to the served Redis while open (``redis-cli
+    monitor``, each line attributed by the client's port); the workers' own traffic is theirs.
+    The count is in the list once closed."""
+    monitor = LoggedProcess("redis-monitor", ["redis-cli", "-p", str(served.redis.port),
+                                              "monitor"], log).start()
+    monitor.wait_for_log("OK", timeout_s=10)
+    ports = local_ports(served.operator.pid)
+    counted: list[int] = []
+    try:
+        yield counted
+    finally:
+        ports |= local_ports(served.operator.pid)
+        monitor.stop(timeout_s=5)
+        clients = re.findall(r"^\S+ \[\d+ 127\.0\.0\.1:(\d+)\]", monitor.log(), re.MULTILINE)
+        counted.append(sum(1 for port in clients if int(port) in ports))
 
 
 def quiet(served: Served, seconds: float) -> bool:
@@ -104,15 +145,16 @@ def test_a_jobqueue_at_rest_makes_no_writes(served: Served, e2e_report: list[str
 
     before = operator_footprint(served, "idle")
     window = cluster.audit.window() if cluster.audit is not None else None
-    scripts_before, started = script_calls(served), time.monotonic()
-    deadline = started + REST_S
-    while time.monotonic() < deadline:
-        assert served.operator.alive(), served.operator.tail()
-        time.sleep(1)
-    round_trips = script_calls(served) - scripts_before
+    with redis_round_trips(served, served.operator.log_path.with_name("monitor.log")) as counted:
+        started = time.monotonic()
+        deadline = started + REST_S
+        while time.monotonic() < deadline:
+            assert served.operator.alive(), served.operator.tail()
+            time.sleep(1)
+    [round_trips] = counted
     assert operator_footprint(served, "idle") == before, "the operator changed something at rest"
     # One Redis round trip (one script) per polling interval, and no more.
-    assert round_trips <= (time.monotonic() - started) / 1.0 + 1, round_trips
+    assert REST_S / 2 <= round_trips <= (time.monotonic() - started) / 1.0 + 1, round_trips
     if window is None:
         e2e_report.append(f"{served.install.release}: {REST_S} s at rest: the JobQueue, its "
                           f"children and the operator's Events unchanged (no audit log here)")
@@ -140,6 +182,75 @@ def test_children_are_watched_with_a_label_selector(served: Served) -> None:
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(request.uri).query)
         assert query.get("labelSelector") == [f"{settings.LABEL_MANAGED_BY}={settings.MANAGED_BY}"
                                               ], request.uri
+
+
+def ready_condition(jq: dict[str, Any]) -> dict[str, Any]:
+    return dict(next(c for c in jq["status"]["conditions"] if c["type"] == "Ready"))
+
+
+def restarts(served: Served, name: str) -> int:
+    pods = served.cluster.items("pods", served.namespace,
+                                f"antre.dev/jobqueue={name},app.kubernetes.io/component=worker")
+    return max((int(c.get("restartCount", 0)) for p in pods
+                for c in (p.get("status") or {}).get("containerStatuses") or []), default=0)
+
+
+def test_crashing_workers_make_the_jobqueue_not_ready_with_their_reason(
+        served: Served, e2e_report: list[str]) -> None:
+    """A JobQueue whose handlers module does not exist: Ready=False, CrashLoopBackOff, the
+    worker's own error; nothing written per restart; Ready=True once the spec is fixed."""
+    cluster, ns = served.cluster, served.namespace
+    applied = time.monotonic()
+    cluster.apply(jobqueue("broken", worker={"handlers": "myapp.jobs"},
+                           autoscaling={"enabled": False}, replicas=1), namespace=ns)
+    jq = cluster.wait_for("jobqueue", "broken", ns, timeout_s=SETTLE_S,
+                          what="Ready=False CrashLoopBackOff",
+                          until=lambda jq: ready_condition(jq)["reason"] == "CrashLoopBackOff")
+    not_ready_s = time.monotonic() - applied
+    ready = ready_condition(jq)
+    assert ready["status"] == "False"
+    [pod] = [p["metadata"]["name"] for p in cluster.items("pods", ns, "antre.dev/jobqueue=broken")]
+    assert ready["message"] == (
+        f"0/1 workers available; pod {pod}: container worker exited with code 2: antre worker: "
+        f"handlers module 'myapp.jobs': not importable (No module named 'myapp'); check "
+        f"--handlers and PYTHONPATH"), ready["message"]
+    row = cluster.kubectl("get", "jq", "broken", "-n", ns, "--no-headers").stdout.split()
+    assert row[:3] == ["broken", "False", "CrashLoopBackOff"], row
+
+    # A restart of the crashing pod (the back-off is 10 s after the second exit) writes nothing:
+    # the reason and the message stay the same from one exit to the next.
+    wait_until(lambda: restarts(served, "broken") >= 2, timeout_s=SETTLE_S, interval_s=0.3,
+               message="the pod restarted twice")
+    window = cluster.audit.window() if cluster.audit is not None else None
+    before = operator_footprint(served, "broken")
+    wait_until(lambda: restarts(served, "broken") >= 3, timeout_s=SETTLE_S, interval_s=0.3,
+               message="a third restart after the back-off")
+    time.sleep(2)  # two more polls of the operator, which has seen the restart by then
+    assert condition(cluster.get("jobqueue", "broken", ns) or {}, "Ready") == "False"
+    assert operator_footprint(served, "broken") == before, "the operator wrote at a restart"
+    if window is not None:
+        writes = window.writes(served.install.user)
+        assert not writes, "writes while crashing:\n" + "\n".join(map(str, writes))
+        e2e_report.append(f"{served.install.release}: a crash-looping worker: Ready=False "
+                          f"CrashLoopBackOff {not_ready_s:.1f} s after kubectl apply; the "
+                          f"operator's requests across one restart (pods listed each poll "
+                          f"while a worker is unavailable): "
+                          f"{format_counts(window.counts(served.install.user))}")
+    warnings = [e for e in cluster.items("events", ns)
+                if e["involvedObject"].get("name") == "broken" and e["type"] == "Warning"
+                and e["reason"] == "CrashLoopBackOff"]
+    assert len(warnings) == 1 and warnings[0].get("count", 1) == 1, warnings
+
+    fixed = time.monotonic()
+    cluster.kubectl("patch", "jq", "broken", "-n", ns, "--type=merge", "-p",
+                    '{"spec": {"worker": {"handlers": "antre.example_handlers"}}}')
+    jq = served.wait_ready("broken")
+    assert ready_condition(jq)["reason"] == "WorkersAvailable"
+    assert any(e["reason"] == "WorkersRecovered" for e in cluster.items("events", ns)
+               if e["involvedObject"].get("name") == "broken")
+    e2e_report.append(f"{served.install.release}: Ready=True {time.monotonic() - fixed:.1f} s "
+                      f"after spec.worker.handlers was fixed (a rollout)")
+    cluster.kubectl("delete", "jq", "broken", "-n", ns, "--wait=true")
 
 
 def test_deleting_the_namespace_takes_its_jobqueues_along(served: Served) -> None:

@@ -4,8 +4,9 @@ working across two kill -9 failovers of the Redis primary in a row.
 The chart is installed and its operator runs with the chart's ServiceAccount (``serving.py``);
 the JobQueue's URL Secret names a local Sentinel group (three redis-servers, three Sentinels).
 After each failover, jobs enqueued on the new primary show in ``kubectl get jq`` and raise the
-worker Deployment's replicas, and the JobQueue is Ready again: the operator found the new
-primary by itself. ``spec.redis.durableReplicas`` reaches the worker pods as
+worker Deployment's replicas, and the JobQueue's RedisReachable is True again: the operator
+found the new primary by itself. No pod runs here (the backlog must stay as enqueued), so Ready
+says no worker is available. ``spec.redis.durableReplicas`` reaches the worker pods as
 ANTRE_DURABLE_REPLICAS. The API server refuses none of the operator's requests.
 """
 
@@ -31,7 +32,7 @@ PER_REPLICA = 100
 
 def test_operator_follows_two_failovers(cluster: Any, crds: None, tmp_path: Path,
                                         e2e_report: list[str]) -> None:
-    with sentinel_group() as group, serve(cluster, "namespaced", tmp_path) as served:
+    with sentinel_group() as group, serve(cluster, "namespaced", tmp_path, pods=None) as served:
         ns = served.namespace
         cluster.apply(redis_url_secret(group.url(), name="sentinel-url"), namespace=ns)
         cluster.apply(jobqueue(
@@ -41,7 +42,7 @@ def test_operator_follows_two_failovers(cluster: Any, crds: None, tmp_path: Path
             autoscaling={"enabled": True, "minReplicas": 1, "maxReplicas": 10,
                          "targetBacklogPerReplica": PER_REPLICA, "pollingIntervalSeconds": 1}),
             namespace=ns)
-        served.wait_ready("emails")
+        served.wait_condition("emails", "RedisReachable")
         worker = served.wait_child("deployment", "emails-worker")
         env = {e["name"]: e.get("value") for e in worker["spec"]["template"]["spec"]["containers"][0]["env"]}
         assert env["ANTRE_DURABLE_REPLICAS"] == "1"
@@ -62,7 +63,7 @@ def test_operator_follows_two_failovers(cluster: Any, crds: None, tmp_path: Path
                     jq = cluster.get("jobqueue", "emails", ns) or {}
                     deployment = served.child("deployment", "emails-worker") or {}
                     return ((jq.get("status") or {}).get("backlog") == backlog
-                            and condition(jq, "Ready") == "True"
+                            and condition(jq, "RedisReachable") == "True"
                             and deployment.get("spec", {}).get("replicas")
                             == math.ceil(backlog / PER_REPLICA))
 

@@ -8,8 +8,10 @@ Then, as README and docs/operator.md tell a user, with the real kubectl:
 * ``kubectl create secret ... redis-url`` (the test's own redis-server) and ``kubectl apply -f
   examples/jobqueue.yaml``: the worker Deployment and the reaper CronJob appear, controlled by the
   JobQueue (ownerReferences with blockOwnerDeletion, accepted under the
-  OwnerReferencesPermissionEnforcement admission plugin); ``Ready`` turns True;
-* jobs enqueued show in ``kubectl get jq`` (the printer columns) and raise the desired replicas;
+  OwnerReferencesPermissionEnforcement admission plugin); ``Ready`` turns True once a worker pod
+  runs (the test kubelet runs the worker pods, ``serving.py``), and a job enqueued is done;
+* long jobs enqueued show in ``kubectl get jq`` (the printer columns: the backlog and the jobs
+  the workers hold) and raise the desired replicas;
 * examples/jobqueue-fixed.yaml (autoscaling off, API on): the API Deployment and Service appear;
   ``kubectl scale jq/reports --replicas=3`` goes through the /scale subresource and the worker
   Deployment follows;
@@ -75,11 +77,18 @@ def test_example_jobqueue_gets_its_children_and_turns_ready(served: Served) -> N
     assert served.child("deployment", "emails-api") is None, "spec.api.enabled is false"
     assert worker["spec"]["replicas"] == 1, "the example's minReplicas, nothing queued"
     assert jq["status"]["selector"] == "antre.dev/jobqueue=emails,app.kubernetes.io/component=worker"
+    assert jq["status"]["readyReplicas"] == 1
+    # The example runs a job on the stock handlers (issue 13: it used to crash-loop).
+    queue = served.queue("emails")
+    [sent] = queue.enqueue_many([("send_email", {"to": "ana@example.com"})])
+    wait_until(lambda: str(queue.get(sent.job_id).status) == "done", timeout_s=SETTLE_S,
+               interval_s=0.2, message="the example's job done by a worker pod")
 
 
 def test_backlog_shows_in_kubectl_get_and_raises_desired_replicas(served: Served) -> None:
     cluster, ns = served.cluster, served.namespace
-    served.queue("emails").enqueue_many([("send", {"to": i}) for i in range(250)])
+    # Jobs that outlast the module: 3 workers of concurrency 4 hold 12, 238 stay queued.
+    served.queue("emails").enqueue_many([("sleep", {"seconds": 3600}) for _ in range(250)])
     served.wait_child("deployment", "emails-worker",
                       until=lambda d: d["spec"]["replicas"] == 3,
                       what="3 workers for 250 jobs at 100 per replica")
@@ -89,11 +98,12 @@ def test_backlog_shows_in_kubectl_get_and_raises_desired_replicas(served: Served
         header, row = out.splitlines()
         return dict(zip(header.split(), row.split(), strict=True))
 
-    table = wait_until(lambda: (c := columns())["BACKLOG"] == "250" and c,
-                       timeout_s=SETTLE_S, message="kubectl get jq showing the backlog")
+    table = wait_until(lambda: ((c := columns())["BACKLOG"], c["PROCESSING"]) == ("238", "12")
+                       and c, timeout_s=SETTLE_S,
+                       message="kubectl get jq showing 238 queued and 12 processing")
     assert isinstance(table, dict)
     assert table["READY"] == "True" and table["DESIRED"] == "3" and table["CURRENT"] == "3"
-    assert table["PROCESSING"] == "0" and table["DEAD"] == "0"
+    assert table["REASON"] == "WorkersAvailable" and table["DEAD"] == "0"
     # The real ReplicaSet controller creates the pods; enforcing "restricted" lets them in.
     def worker_pods() -> list[str]:
         return [p["metadata"]["name"] for p in cluster.items(
@@ -113,6 +123,9 @@ def test_fixed_jobqueue_with_api_scales_through_the_scale_subresource(
     cluster, ns = served.cluster, served.namespace
     body = example("jobqueue-fixed")
     body["spec"]["redis"]["url"] = served.redis.url  # the example's host is in-cluster
+    # The example's image and handlers stand for the user's own; the stock ones run here.
+    del body["spec"]["worker"]["image"]
+    body["spec"]["worker"]["handlers"] = "antre.example_handlers"
     cluster.kubectl("create", "secret", "generic", "reports-api", "-n", ns,
                     "--from-literal=token=s3cret-token")
     cluster.apply(body, namespace=ns)
@@ -151,8 +164,10 @@ def test_hand_edits_are_put_back_and_foreign_labels_kept(served: Served) -> None
     cluster.kubectl("label", "deployment/reports-worker", f"{settings.LABEL_MANAGED_BY}-",
                     "-n", ns)
 
-    worker_spec = jobqueue_spec.parse_jobqueue(
-        name="reports", namespace=ns, spec=example("jobqueue-fixed")["spec"]).worker
+    applied = cluster.get("jobqueue", "reports", ns)
+    assert applied is not None
+    worker_spec = jobqueue_spec.parse_jobqueue(name="reports", namespace=ns,
+                                               spec=applied["spec"]).worker
 
     def repaired(deployment: dict[str, Any]) -> bool:
         container = deployment["spec"]["template"]["spec"]["containers"][0]
@@ -267,9 +282,12 @@ def test_a_child_of_an_earlier_operator_release_is_taken_over_cleanly(served: Se
     the annotation that listed the operator's pod annotations, is adopted by a new JobQueue
     whose spec has none of them: all three go; a label someone else added stays."""
     cluster, ns = served.cluster, served.namespace
-    body = jobqueue("legacy", replicas=1, autoscaling={"enabled": False})
+    # Handlers that exist, so that its worker runs and the JobQueue turns Ready.
+    handlers = "antre.example_handlers"
+    body = jobqueue("legacy", replicas=1, autoscaling={"enabled": False},
+                    worker={"handlers": handlers})
     old_spec = jobqueue_spec.parse_jobqueue(name="legacy", namespace=ns, spec={
-        **body["spec"], "worker": {"nodeSelector": {"pool": "batch"},
+        **body["spec"], "worker": {"handlers": handlers, "nodeSelector": {"pool": "batch"},
                                    "podAnnotations": {"old": "yes"}}})
     left = rendering.render_worker_deployment(old_spec, "gone-uid", replicas=1)
     del left["metadata"]["ownerReferences"]  # orphaned: kubectl delete --cascade=orphan
