@@ -13,13 +13,15 @@ EXAMPLES = REPO_ROOT / "examples"
 
 
 def jobqueue(name: str = "emails", **spec: Any) -> dict[str, Any]:
-    """A JobQueue whose Redis URL comes from the Secret ``redis-url``; ``spec`` keys replace
-    the minimal spec's (None deletes one)."""
+    """A JobQueue whose Redis URL comes from the Secret ``redis-url`` and whose workers run the
+    stock example handlers (so a worker pod runs and the JobQueue can turn Ready); ``spec`` keys
+    replace the minimal spec's (None deletes one)."""
     body: dict[str, Any] = {
         "apiVersion": "antre.dev/v1alpha1",
         "kind": "JobQueue",
         "metadata": {"name": name},
-        "spec": {"redis": {"urlSecretRef": {"name": "redis-url", "key": "url"}}},
+        "spec": {"redis": {"urlSecretRef": {"name": "redis-url", "key": "url"}},
+                 "worker": {"handlers": "antre.example_handlers"}},
     }
     for key, value in spec.items():
         if value is None:
