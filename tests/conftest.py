@@ -40,7 +40,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _report_lines.extend(run_report.lines_of(report.user_properties))
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def figures() -> list[str]:
     """Lines a test appends to show in the run's summary (see :mod:`run_report`)."""
     return run_report.pending

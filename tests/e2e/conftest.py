@@ -8,7 +8,7 @@
   ``module_namespace`` one per module.
 * ``start_operator``: runs the operator as a local process with a given kubeconfig; at the end
   of the test every process is stopped and a 403 in any of their logs fails the test.
-* ``e2e_report``: lines printed in the terminal summary (start time, request counts), so the
+* ``figures``: lines printed in the terminal summary (start time, request counts), so the
   figures a run measured are in CI's log (:mod:`run_report`).
 
 Tests that need more (autoscaling, security) live beside these and reuse the same fixtures.
@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
-import run_report
 
 from .cluster import Cluster
 from .control_plane import REPO_ROOT, ControlPlane, KubeBinaries
@@ -30,11 +29,6 @@ from .operator_process import OperatorProcess
 from .samples import jobqueue
 
 EXTERNAL_KUBECONFIG = "ANTRE_E2E_KUBECONFIG"
-
-
-@pytest.fixture(scope="session")
-def e2e_report() -> list[str]:
-    return run_report.pending
 
 
 def _fetch(script: str, *args: str) -> str:
@@ -48,21 +42,21 @@ def _fetch(script: str, *args: str) -> str:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory,
-            e2e_report: list[str]) -> Iterator[Cluster]:
+            figures: list[str]) -> Iterator[Cluster]:
     workdir = tmp_path_factory.mktemp("kube")
     helm = Path(_fetch("fetch_helm.sh").strip())
     external = os.environ.get(EXTERNAL_KUBECONFIG)
     if external:
         kubectl = Path(dict(line.split("=", 1) for line in
                             _fetch("fetch_kube.sh", "--kubectl-only").splitlines())["KUBECTL"])
-        e2e_report.append(f"cluster: {external} ({EXTERNAL_KUBECONFIG})")
+        figures.append(f"cluster: {external} ({EXTERNAL_KUBECONFIG})")
         yield Cluster(kubeconfig=Path(external), kubectl=kubectl, helm=helm, workdir=workdir)
         return
     binaries = KubeBinaries.fetch()
     plane = ControlPlane(binaries, workdir / "control-plane", crds=[REPO_ROOT / "crds"])
     plane.start()
     try:
-        e2e_report.append(f"control plane (etcd, kube-apiserver, kube-controller-manager) "
+        figures.append(f"control plane (etcd, kube-apiserver, kube-controller-manager) "
                           f"ready in {plane.started_in_s:.1f} s")
         yield Cluster(kubeconfig=plane.admin_kubeconfig, kubectl=binaries.kubectl, helm=helm,
                       workdir=workdir, control_plane=plane)

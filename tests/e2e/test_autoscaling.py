@@ -77,7 +77,7 @@ def nothing_refused(autoscaled: Autoscaled) -> Iterator[None]:
 
 
 def test_scale_up_within_one_polling_interval(autoscaled: Autoscaled,
-                                              e2e_report: list[str]) -> None:
+                                              figures: list[str]) -> None:
     env = autoscaled
     body = fast_jobqueue("burst", concurrency=2, min_replicas=1, max_replicas=4, target=10,
                          stabilization_s=30)
@@ -104,12 +104,12 @@ def test_scale_up_within_one_polling_interval(autoscaled: Autoscaled,
         finished = sorted(done_at(job) for job in jobs)
         timeline.mark("first job done", finished[0])
         timeline.mark("drain done (40 jobs)", finished[-1])
-        timeline.report(e2e_report)
+        timeline.report(figures)
 
         reaction = patch.at - enqueued
         started = min(e.at for e in env.pod_events(name, "started", since=enqueued))
         ready = sorted(e.at for e in env.pod_events(name, "ready", since=enqueued))
-        e2e_report.append(
+        figures.append(
             f"scale up: backlog to Deployment change {reaction:.2f} s (polling {POLLING_S:g} s), "
             f"to a new worker process started {started - enqueued:.2f} s, to 3 new pods Ready "
             f"{ready[-1] - enqueued:.2f} s, drain of 40 jobs done {finished[-1] - enqueued:.2f} s")
@@ -123,7 +123,7 @@ def test_scale_up_within_one_polling_interval(autoscaled: Autoscaled,
 
 
 def test_scale_down_removes_idle_workers_first(autoscaled: Autoscaled,
-                                               e2e_report: list[str]) -> None:
+                                               figures: list[str]) -> None:
     env = autoscaled
     # A stabilization window longer than a worker pod takes to start here, so the pool stays at
     # 4 until every pod is Ready (a lower recommendation while pods start is no idle capacity).
@@ -161,7 +161,7 @@ def test_scale_down_removes_idle_workers_first(autoscaled: Autoscaled,
                 timeline.mark(f"pod {event.pod}: {what} {event.detail}".rstrip(), event.at)
         for job in done:
             timeline.mark(f"long job {job.id} done by {owners[str(job.worker)]}", done_at(job))
-        timeline.report(e2e_report)
+        timeline.report(figures)
 
         assert deleted.isdisjoint(busy), f"busy pods {busy} deleted: {deleted}"
         assert {w.name for w in cost_patches} >= deleted | busy, "costs written before scaling"
@@ -184,12 +184,12 @@ def test_scale_down_removes_idle_workers_first(autoscaled: Autoscaled,
         for pod in busy:
             assert not env.pod_events(name, "sigterm") or pod not in {
                 e.pod for e in env.pod_events(name, "sigterm")}
-        e2e_report.append("idle-first scale-down: 4 -> 2 with 2 long jobs running: the 2 idle "
+        figures.append("idle-first scale-down: 4 -> 2 with 2 long jobs running: the 2 idle "
                           "pods deleted, 0 jobs interrupted or released")
 
 
 def test_scale_down_under_busy_workers_releases_without_spending_an_attempt(
-        autoscaled: Autoscaled, e2e_report: list[str]) -> None:
+        autoscaled: Autoscaled, figures: list[str]) -> None:
     env = autoscaled
     # Lowering maxReplicas applies at the next poll, whatever the stabilization window (which
     # keeps the second pod while it starts).
@@ -219,7 +219,7 @@ def test_scale_down_under_busy_workers_releases_without_spending_an_attempt(
         for finished in jobs:
             timeline.mark(f"job {finished.id} done (attempt {finished.attempt})",
                           done_at(finished))
-        timeline.report(e2e_report)
+        timeline.report(figures)
 
         assert all(j.attempt == 1 for j in jobs), "a release gives the attempt back"
         assert last_claim.worker != first_claim.worker, "finished elsewhere"
@@ -228,11 +228,11 @@ def test_scale_down_under_busy_workers_releases_without_spending_an_attempt(
         log = env.worker_log(removed)
         assert [e["job_id"] for e in log if e.get("event") == "released"] == [job.id]
         assert env.kubelet.run_of(env.namespace, removed).last_exit == 0  # type: ignore[union-attr]
-        e2e_report.append(f"every worker busy: the removed worker released its job after its "
+        figures.append(f"every worker busy: the removed worker released its job after its "
                           f"grace period; done elsewhere on attempt {job.attempt}")
 
 
-def test_scale_to_zero_and_back(autoscaled: Autoscaled, e2e_report: list[str]) -> None:
+def test_scale_to_zero_and_back(autoscaled: Autoscaled, figures: list[str]) -> None:
     env = autoscaled
     body = fast_jobqueue("sleeper", concurrency=2, max_replicas=2, target=5, stabilization_s=2,
                          cooldown_s=3)
@@ -263,14 +263,14 @@ def test_scale_to_zero_and_back(autoscaled: Autoscaled, e2e_report: list[str]) -
             for event in env.pod_events(name, what, since=again):
                 timeline.mark(f"pod {event.pod} {what}", event.at)
         timeline.mark("the job done", done_at(job))
-        timeline.report(e2e_report)
-        e2e_report.append(f"from zero: enqueue to job done {done_at(job) - again:.2f} s "
+        timeline.report(figures)
+        figures.append(f"from zero: enqueue to job done {done_at(job) - again:.2f} s "
                           f"(polling {POLLING_S:g} s; a worker process started and Ready)")
         assert job.attempt == 1
 
 
 def test_operator_killed_mid_scale_is_replaced_without_duplicates(
-        autoscaled: Autoscaled, e2e_report: list[str]) -> None:
+        autoscaled: Autoscaled, figures: list[str]) -> None:
     env = autoscaled
     body = fast_jobqueue("steps", concurrency=2, min_replicas=1, max_replicas=4, target=5,
                          stabilization_s=30, max_step=1)
@@ -294,7 +294,7 @@ def test_operator_killed_mid_scale_is_replaced_without_duplicates(
             timeline.mark("worker Deployment patched by the operator (audit log)", write.at)
         finished = sorted(done_at(j) for j in jobs)
         timeline.mark("drain done (60 jobs)", finished[-1])
-        timeline.report(e2e_report)
+        timeline.report(figures)
 
         # A server-side apply that creates answers 201 Created.
         created = [w for kind in ("deployments", "cronjobs", "services", "replicasets")
@@ -308,12 +308,12 @@ def test_operator_killed_mid_scale_is_replaced_without_duplicates(
             (child,) = env.cluster.items(kind, env.namespace, f"antre.dev/jobqueue={name}")
             assert child["metadata"]["ownerReferences"][0]["uid"] == uid
         assert all(j.attempt == 1 and not events(j, "released", "lease_expired") for j in jobs)
-        e2e_report.append(f"operator SIGKILLed at {killed_at} of 4 replicas: the new one carried "
+        figures.append(f"operator SIGKILLed at {killed_at} of 4 replicas: the new one carried "
                           f"on to 4, created nothing, 60 of 60 jobs done once")
 
 
 def test_redis_outage_keeps_the_replicas_and_recovers(autoscaled: Autoscaled,
-                                                      e2e_report: list[str]) -> None:
+                                                      figures: list[str]) -> None:
     env = autoscaled
     body = fast_jobqueue("outage", concurrency=1, min_replicas=1, max_replicas=3, target=1,
                          stabilization_s=2, visibility_s=60)
@@ -344,7 +344,7 @@ def test_redis_outage_keeps_the_replicas_and_recovers(autoscaled: Autoscaled,
         jobs = env.wait_jobs(name, ids, timeout_s=60)
         for job in jobs:
             timeline.mark(f"job {job.id} done", done_at(job))
-        timeline.report(e2e_report)
+        timeline.report(figures)
 
         assert not [w for w in env.operator_writes(stopped, "deployments", f"{name}-worker")
                     if w.at < back], "the replicas were kept through the outage"
@@ -353,12 +353,12 @@ def test_redis_outage_keeps_the_replicas_and_recovers(autoscaled: Autoscaled,
                    if e["involvedObject"].get("name") == name]
         assert "RedisUnreachable" in reasons and "RedisReachable" in reasons, reasons
         assert len(jobs) == 6 and all(str(j.status) == "done" for j in jobs)
-        e2e_report.append("Redis stopped 6 s: replicas kept at 3, RedisReachable False then "
+        figures.append("Redis stopped 6 s: replicas kept at 3, RedisReachable False then "
                           "True, 6 of 6 jobs done")
 
 
 def test_worker_killed_with_a_lease_is_requeued_and_the_reaper_cronjob_runs(
-        autoscaled: Autoscaled, e2e_report: list[str]) -> None:
+        autoscaled: Autoscaled, figures: list[str]) -> None:
     env, name = autoscaled, REAPED
     (pod,) = env.wait_ready_pods(name, 1)
     timeline = Timeline("a worker SIGKILLed holding a lease (visibility timeout 5 s)")
@@ -379,7 +379,7 @@ def test_worker_killed_with_a_lease_is_requeued_and_the_reaper_cronjob_runs(
         timeline.mark(f"reaper Job {reaper_job['metadata']['name']} Complete; its pod "
                       f"{reaper_pod['metadata']['name']} {reaper_pod['status']['phase']}: "
                       f"{output}", _finished(reaper_job))
-    timeline.report(e2e_report)
+    timeline.report(figures)
 
     assert job.attempt == 2, "the lost run counts"
     assert [e.event for e in events(job, "claimed", "lease_expired", "acked")] == [
@@ -389,7 +389,7 @@ def test_worker_killed_with_a_lease_is_requeued_and_the_reaper_cronjob_runs(
     (restarted,) = [p for p in env.pods(name) if p["metadata"]["name"] == pod]
     assert restarted["status"]["containerStatuses"][0]["restartCount"] == 1
     requeued_by_cronjob = sum(output.get("requeued", 0) for _, _, output in reaper_jobs)
-    e2e_report.append(f"worker SIGKILLed with a lease: requeued by "
+    figures.append(f"worker SIGKILLed with a lease: requeued by "
                       f"{'the reaper CronJob' if requeued_by_cronjob else 'a worker reaper'}, "
                       f"done on attempt 2; {len(reaper_jobs)} reaper Job(s) of the real "
                       f"cronjob controller Succeeded")

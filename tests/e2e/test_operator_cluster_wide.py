@@ -122,7 +122,7 @@ def quiet(served: Served, seconds: float) -> bool:
     return operator_footprint(served, "idle") == before
 
 
-def test_a_jobqueue_at_rest_makes_no_writes(served: Served, e2e_report: list[str]) -> None:
+def test_a_jobqueue_at_rest_makes_no_writes(served: Served, figures: list[str]) -> None:
     """One JobQueue with nothing queued, for REST_S seconds: no create, update, patch or delete
     by the operator (the audit log; on a cluster of your own without one, the objects)."""
     cluster, ns = served.cluster, served.namespace
@@ -137,7 +137,7 @@ def test_a_jobqueue_at_rest_makes_no_writes(served: Served, e2e_report: list[str
         # apply creates with a patch).
         created = {r.resource for r in creating.writes(served.install.user) if r.verb == "patch"}
         assert {"deployments", "cronjobs"} <= created, created
-        e2e_report.append(f"{served.install.release}: the operator's requests to create one "
+        figures.append(f"{served.install.release}: the operator's requests to create one "
                           f"JobQueue's children and status: "
                           f"{format_counts(creating.counts(served.install.user))}")
     wait_until(lambda: quiet(served, 3), timeout_s=SETTLE_S, interval_s=0,
@@ -156,11 +156,11 @@ def test_a_jobqueue_at_rest_makes_no_writes(served: Served, e2e_report: list[str
     # One Redis round trip (one script) per polling interval, and no more.
     assert REST_S / 2 <= round_trips <= (time.monotonic() - started) / 1.0 + 1, round_trips
     if window is None:
-        e2e_report.append(f"{served.install.release}: {REST_S} s at rest: the JobQueue, its "
+        figures.append(f"{served.install.release}: {REST_S} s at rest: the JobQueue, its "
                           f"children and the operator's Events unchanged (no audit log here)")
     if window is not None:
         user = served.install.user
-        e2e_report.append(f"{served.install.release}: the operator's requests in {REST_S} s "
+        figures.append(f"{served.install.release}: the operator's requests in {REST_S} s "
                           f"with one JobQueue at rest (polling every 1 s): "
                           f"{format_counts(window.counts(user))}; Redis round trips: "
                           f"{round_trips}")
@@ -196,7 +196,7 @@ def restarts(served: Served, name: str) -> int:
 
 
 def test_crashing_workers_make_the_jobqueue_not_ready_with_their_reason(
-        served: Served, e2e_report: list[str]) -> None:
+        served: Served, figures: list[str]) -> None:
     """A JobQueue whose handlers module does not exist: Ready=False, CrashLoopBackOff, the
     worker's own error; nothing written per restart; Ready=True once the spec is fixed."""
     cluster, ns = served.cluster, served.namespace
@@ -233,7 +233,7 @@ def test_crashing_workers_make_the_jobqueue_not_ready_with_their_reason(
     if window is not None:
         writes = window.writes(served.install.user)
         assert not writes, "writes while crashing:\n" + "\n".join(map(str, writes))
-        e2e_report.append(f"{served.install.release}: a crash-looping worker: Ready=False "
+        figures.append(f"{served.install.release}: a crash-looping worker: Ready=False "
                           f"CrashLoopBackOff {not_ready_s:.1f} s after kubectl apply; the "
                           f"operator's requests across one restart (pods listed each poll "
                           f"while a worker is unavailable): "
@@ -250,7 +250,7 @@ def test_crashing_workers_make_the_jobqueue_not_ready_with_their_reason(
     assert ready_condition(jq)["reason"] == "WorkersAvailable"
     assert any(e["reason"] == "WorkersRecovered" for e in cluster.items("events", ns)
                if e["involvedObject"].get("name") == "broken")
-    e2e_report.append(f"{served.install.release}: Ready=True {time.monotonic() - fixed:.1f} s "
+    figures.append(f"{served.install.release}: Ready=True {time.monotonic() - fixed:.1f} s "
                       f"after spec.worker.handlers was fixed (a rollout)")
     cluster.kubectl("delete", "jq", "broken", "-n", ns, "--wait=true")
 

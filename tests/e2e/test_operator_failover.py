@@ -31,7 +31,7 @@ PER_REPLICA = 100
 
 
 def test_operator_follows_two_failovers(cluster: Any, crds: None, tmp_path: Path,
-                                        e2e_report: list[str]) -> None:
+                                        figures: list[str]) -> None:
     with sentinel_group() as group, serve(cluster, "namespaced", tmp_path, pods=None) as served:
         ns = served.namespace
         cluster.apply(redis_url_secret(group.url(), name="sentinel-url"), namespace=ns)
@@ -70,7 +70,7 @@ def test_operator_follows_two_failovers(cluster: Any, crds: None, tmp_path: Path
                 wait_until(caught_up, timeout_s=60, interval_s=0.2,
                            message=f"the operator to show a backlog of {backlog} and scale for it")
                 if step:
-                    e2e_report.append(
+                    figures.append(
                         f"operator across failover {step}: the Sentinel group healed "
                         f"{healed_at - killed_at:.1f} s after the kill -9; jobs enqueued then "
                         f"were in the JobQueue's status and replicas "
