@@ -66,7 +66,8 @@ async def test_hostile_jobqueues_get_a_condition_and_nothing_else(
     await create(k8s, jobqueue("good", NS, redis_url))
 
     await eventually(lambda: (c := condition(k8s.live("jobqueues", NS, "good"), "Ready"))
-                     and c["status"] == "True", message="the good JobQueue Ready")
+                     and c["status"] == "True", message="the good JobQueue Ready",
+                     timeout_s=30)  # seven JobQueues served at once, on a busy machine
     expected = {("cleartext", NS): "InvalidRedisUrl", ("nokey", NS): "SecretKeyNotFound",
                 ("far", NS): "NotAllowed", ("optioned", NS): "InvalidRedisUrl",
                 ("foreign", NS): "NotAllowed", ("inside", OPERATOR_NS): "NotAllowed"}
