@@ -76,12 +76,20 @@ TERMINATION_LOG_LINES: Final = 80
 TERMINATION_LOG_BYTES: Final = 2048
 TICK_S: Final = 0.1
 UNREADY_PROBE_S: Final = 0.2
+#: How long after a pod's first start attempt a 403 from the Node authorizer means "not yet".
+AUTHORIZER_GRACE_S: Final = 10.0
 _VARIABLE_RE: Final = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
 class ContainerConfigError(Exception):
     """The container cannot start yet (a Secret or ConfigMap missing): retried, as a kubelet
     retries ``CreateContainerConfigError``."""
+
+
+class NodeNotYetAuthorized(ContainerConfigError):
+    """The Node authorizer refused a Secret or ConfigMap of a pod just bound: its graph of pods
+    has not seen the binding yet. A kubelet's object cache waits for it (the pod stays
+    ``ContainerCreating``), so for ``AUTHORIZER_GRACE_S`` this is not reported as an error."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +157,7 @@ class PodRun:
     signalled_at: float | None = None
     kill_at: float | None = None
     config_error: str | None = None
+    first_attempt_at: float | None = None
     deleted: bool = False
     """The kubelet deleted the pod (grace period 0)."""
     gone: bool = False
@@ -385,11 +394,21 @@ class TestKubelet:
 
     def _start_container(self, run: PodRun, pod: Mapping[str, Any]) -> None:
         container = self._container(pod)
+        now = time.monotonic()
+        if run.first_attempt_at is None:
+            run.first_attempt_at = now
         try:
             env = self._environment(pod, container)
+        except NodeNotYetAuthorized as exc:
+            if now - run.first_attempt_at < AUTHORIZER_GRACE_S:
+                run.restart_at = now + TICK_S
+                return
+            run.config_error = str(exc)
+            run.restart_at = now + 0.5
+            return
         except ContainerConfigError as exc:
             run.config_error = str(exc)
-            run.restart_at = time.monotonic() + 0.5
+            run.restart_at = now + 0.5
             return
         run.config_error = None
         ports = container.get("ports") or []
@@ -441,7 +460,9 @@ class TestKubelet:
         try:
             obj = self.node.request("GET", f"/api/v1/namespaces/{namespace}/{kind}/{ref['name']}")
         except ApiError as exc:
-            # 403: the Node authorizer has not seen the binding yet; 404: not created yet.
+            if exc.status == 403:
+                raise NodeNotYetAuthorized(f"{kind} {ref['name']}: {exc}") from None
+            # 404: not created yet.
             if ref.get("optional"):
                 return None
             raise ContainerConfigError(f"{kind} {ref['name']}: {exc}") from None
