@@ -44,6 +44,8 @@ def test_notes_without_redis(helm: str, tmp_path: Path) -> None:
     assert "No Redis was installed" in text
     assert "kubectl apply -f crds/" in text
     assert "kubectl --namespace <your-namespace> apply -f examples/jobqueue.yaml" in text
+    assert "READY and REASON columns say whether its workers run" in text
+    assert "kubectl describe jobqueue NAME" in text
 
 
 def test_notes_with_redis_and_peering(helm: str, tmp_path: Path) -> None:
