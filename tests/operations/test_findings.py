@@ -138,6 +138,20 @@ def test_locks(lock: ResourceLock, expected: dict[str, Severity]) -> None:
     assert codes(snapshot(locks=[lock])) == expected
 
 
+def test_a_lock_kept_for_a_running_thread_is_not_called_orphaned() -> None:
+    """The lock of a job failed past its timeout stays held while its thread runs; "it expires
+    in N s, nothing to do" was wrong there: the heartbeat extends it until the thread returns."""
+    keeper = dataclasses.replace(worker(), stuck_threads=1, kept_lock_jobs=("j1",))
+    [finding] = findings.diagnose(snapshot(
+        locks=[ResourceLock("acct-1", "j1", 20.0, False)], workers=[keeper]))[:1]
+    assert finding.code == "lock_kept_for_thread"
+    assert "kept for job j1, whose handler thread still runs past its timeout on worker w-1 " \
+        "(pod pod-1)" in finding.summary
+    other = dataclasses.replace(keeper, kept_lock_jobs=("j2",))
+    assert "orphaned_lock" in codes(snapshot(locks=[ResourceLock("acct-1", "j1", 20.0, False)],
+                                             workers=[other]))
+
+
 def test_stale_worker() -> None:
     assert codes(snapshot(workers=[worker(beat_age_s=90)])) == {"stale_worker": Severity.WARNING}
 

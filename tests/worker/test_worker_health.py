@@ -39,7 +39,8 @@ async def test_slots_held_by_threads_past_their_timeout_are_visible(redis_client
         hang.wait(30)
 
     queue = Queue(redis_client, settings=qs)
-    ids = [queue.enqueue("stuck", max_attempts=1).job_id for _ in range(2)]
+    ids = [queue.enqueue("stuck", max_attempts=1, resource_key=resource).job_id
+           for resource in ("acct-1", None)]
     metrics = WorkerMetrics(qs.name)
     try:
         async with running_worker(aredis, qs, registry, concurrency=2, job_timeout_s=0.2,
@@ -65,6 +66,10 @@ async def test_slots_held_by_threads_past_their_timeout_are_visible(redis_client
                 advice = capsys.readouterr().out
                 assert "CRITICAL stuck_threads: worker w1 (pod" in advice
                 assert "2 of 2 slot(s) held by handler threads past their job timeout" in advice
+                # The lock of the first job is kept (extended) while its thread runs.
+                assert (f"WARNING  lock_kept_for_thread: resource lock 'acct-1' is kept for job "
+                        f"{ids[0]}, whose handler thread still runs") in advice
+                assert "orphaned_lock" not in advice
                 hang.set()
                 await eventually(lambda: worker.threads.overdue == 0)
                 status, body = await get(f"{base}/healthz")

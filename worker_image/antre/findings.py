@@ -287,12 +287,23 @@ def diagnose(snapshot: Snapshot, thresholds: Thresholds = Thresholds()) -> list[
                     f"backlog grew by {change.backlog_delta} in {_s(change.interval_s)}",
                     "none if it is a burst; if it keeps growing, add workers"))
 
+    keepers = {job_id: worker for worker in snapshot.workers for job_id in worker.kept_lock_jobs}
     for lock in snapshot.locks:
+        keeper = keepers.get(lock.job_id)
         if lock.ttl_s is None:
             add(Finding(Severity.CRITICAL, "lock_without_ttl",
                         f"resource lock {lock.resource!r} (job {lock.job_id}) has no TTL and "
                         "will block that resource forever",
                         "delete the lock key; antre always sets a TTL, so find what wrote it"))
+        elif not lock.holder_processing and keeper is not None:
+            add(Finding(Severity.WARNING, "lock_kept_for_thread",
+                        f"resource lock {lock.resource!r} is kept for job {lock.job_id}, whose "
+                        f"handler thread still runs past its timeout on worker "
+                        f"{keeper.worker_id} (pod {keeper.pod}); it is extended until the "
+                        "thread returns",
+                        "jobs for that resource wait for that thread: find what the handler "
+                        "blocks on (see stuck_threads); restarting the pod frees the lock one "
+                        "visibility timeout later"))
         elif not lock.holder_processing:
             add(Finding(Severity.WARNING, "orphaned_lock",
                         f"resource lock {lock.resource!r} is held by job {lock.job_id}, which "

@@ -375,4 +375,6 @@ class Worker:
             "pid": os.getpid(), "queue": self.queue.name, "in_flight": len(self.held),
             "concurrency": self.settings.concurrency, "started_at_ms": self.started_at_ms or 0,
             "stuck_threads": self.threads.overdue,
+            # The holders (job ids) of the locks kept for overdue threads, for `antre doctor`.
+            "kept_locks": [holder.split(":", 1)[0] for _, holder in self.threads.kept_locks()],
         }

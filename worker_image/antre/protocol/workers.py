@@ -26,6 +26,9 @@ class WorkerEntry:
     read_at_ms: int
     #: Handler threads past their job timeout that still hold a slot (they cannot be stopped).
     stuck_threads: int = 0
+    #: Jobs whose resource lock this worker keeps for a handler thread still running past its
+    #: timeout (the heartbeat extends the lock until the thread returns).
+    kept_lock_jobs: tuple[str, ...] = ()
 
     @property
     def beat_age_s(self) -> float:
@@ -57,6 +60,7 @@ def workers_op(settings: QueueSettings) -> Op[WorkerRegistry]:
                     last_beat_ms=int(float(reply[i + 1])),
                     started_at_ms=int(raw.get("started_at_ms", 0)), read_at_ms=now,
                     stuck_threads=int(raw.get("stuck_threads", 0)),
+                    kept_lock_jobs=tuple(str(job) for job in raw.get("kept_locks") or ()),
                 ))
             except (ValueError, TypeError, AttributeError):
                 unreadable.append(str(reply[i]))
