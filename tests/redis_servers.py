@@ -6,7 +6,9 @@ a temporary directory. Fault tests use ``RedisServer.kill()`` / ``restart()``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import os
 import shutil
 import signal
@@ -16,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -42,6 +45,21 @@ def wait_until(predicate: Callable[[], object], timeout_s: float = 10.0, interva
         time.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {message}"
                          + (f" (last error: {last_error!r})" if last_error else ""))
+
+
+async def eventually(predicate: Callable[[], Any], timeout_s: float = 10.0,
+                     message: str = "condition", interval_s: float = 0.01) -> Any:
+    """Polls a sync or async predicate on the loop until it is truthy, or fails at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {message}")
+        await asyncio.sleep(interval_s)
 
 
 class RedisServer:

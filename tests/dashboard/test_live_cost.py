@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 from antre import Queue, settings
+from antre.dashboard.live import Subscription
 from antre.dashboard.state import Dashboard, DashboardSettings
+from redis_servers import eventually
 
 from dashboard.conftest import QUEUES, TOKEN
 
@@ -39,6 +41,11 @@ async def dashboard(aredis: Any, redis_client: Any) -> AsyncIterator[Dashboard]:
     await board.monitor.close()
 
 
+async def first_frame(subscription: Subscription) -> None:
+    """The background loop's first tick has ended: it sent this tab its first frame."""
+    await eventually(lambda: subscription.pending is not None, message="the first frame")
+
+
 async def measured_step(board: Dashboard, redis_client: Any) -> int:
     board.monitor._detail_read_at.clear()  # every measured tick reads health again
     before = commands(redis_client)
@@ -50,7 +57,7 @@ async def test_cost_per_tick_does_not_grow_with_tabs(dashboard: Dashboard,
                                                      redis_client: Any) -> None:
     monitor = dashboard.monitor
     first = monitor.subscribe("overview")
-    await asyncio.sleep(0.2)  # the background loop's first tick
+    await first_frame(first)
     one_tab = await measured_step(dashboard, redis_client)
     tabs = [monitor.subscribe("overview") for _ in range(24)]
     many_tabs = await measured_step(dashboard, redis_client)
@@ -83,7 +90,7 @@ async def _depth_script_cost(board: Dashboard, name: str, redis_client: Any) -> 
 async def test_no_tab_no_traffic(dashboard: Dashboard, redis_client: Any) -> None:
     monitor = dashboard.monitor
     subscription = monitor.subscribe("overview")
-    await asyncio.sleep(0.2)
+    await first_frame(subscription)
     monitor.unsubscribe(subscription)
     monitor.interval_s = 0.05  # the loop wakes soon, sees no subscriber and ends
     assert monitor._task is not None
@@ -97,7 +104,7 @@ async def test_no_tab_no_traffic(dashboard: Dashboard, redis_client: Any) -> Non
 async def test_a_failing_tick_keeps_streams(dashboard: Dashboard, redis_client: Any) -> None:
     monitor = dashboard.monitor
     subscription = monitor.subscribe("overview")
-    await asyncio.sleep(0.2)
+    await first_frame(subscription)
 
     async def unreachable(_names: Any) -> Any:
         raise ConnectionError("Redis went away")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 
 import pytest
 from antre import cli, findings
@@ -15,6 +14,7 @@ from antre.findings import Severity
 from antre.protocol.depth import Depth
 from antre.topology import Replica, Topology
 from redis_sentinels import SERVICE, SentinelGroup
+from redis_servers import wait_until
 
 QUEUE = ["--queue", "ha", "--sample-gap", "0"]
 
@@ -59,8 +59,9 @@ def test_doctor_warns_of_a_replica_that_stopped_following(
         with sentinels.primary_client() as client:
             client.set("nudge", 1)  # something to acknowledge
         # The replica acknowledges every second; stopped, its lag grows past the threshold.
-        time.sleep(2.5)
-        code, out = doctor(sentinels.url(), capsys, "--max-replica-lag", "1")
+        code, out = wait_until(
+            lambda: (found := doctor(sentinels.url(), capsys, "--max-replica-lag", "1"))[0] == 1
+            and found, timeout_s=15, interval_s=0.2, message="doctor to see the replica lag")
     finally:
         process.send_signal(signal.SIGCONT)
     assert code == 1, out

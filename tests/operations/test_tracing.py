@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 from antre import HandlerRegistry, Permanent, Queue, QueueSettings, WorkerSettings, tracing
 from antre.worker import Worker
 from api.conftest import api_client_for
+from redis_servers import eventually
 
 otel_sdk = pytest.importorskip("opentelemetry.sdk.trace")
 from opentelemetry import trace  # noqa: E402
@@ -56,13 +56,6 @@ async def running_worker(redis_url: str, registry: HandlerRegistry) -> AsyncIter
         worker.stop()
         await asyncio.wait_for(task, 15)
         await client.aclose()
-
-
-async def eventually(predicate: Any, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 async def test_spans_follow_the_job_from_producer_to_worker(

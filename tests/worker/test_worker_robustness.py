@@ -220,10 +220,11 @@ async def test_an_idle_worker_blocks_instead_of_polling(redis_client, aredis, qs
     def calls(command: str) -> int:
         return int(redis_client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 
+    waits_at_start = calls("blmove")
     async with running_worker(aredis, qs, registry, reaper_interval_s=60,
-                              visibility_timeout_s=30) as worker:
-        await eventually(lambda: worker._loops)
-        await asyncio.sleep(0.2)  # past start-up (registration, first claim)
+                              visibility_timeout_s=30):
+        # Past start-up (registration, first claim): the worker waits on the empty queue.
+        await eventually(lambda: calls("blmove") > waits_at_start, message="the first wait")
         scripts_before, waits_before = calls("evalsha"), calls("blmove")
         await asyncio.sleep(1.5)
         scripts_made, waits_made = calls("evalsha") - scripts_before, calls("blmove") - waits_before
