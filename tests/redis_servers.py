@@ -29,6 +29,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def script_calls(client: redis.Redis) -> int:
+    """EVALSHA and EVAL calls the server has run (INFO commandstats): script round trips."""
+    stats = client.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
 def wait_until(predicate: Callable[[], object], timeout_s: float = 10.0, interval_s: float = 0.01,
                message: str = "condition") -> object:
     """Polls ``predicate`` until it returns something truthy; fails after ``timeout_s``."""

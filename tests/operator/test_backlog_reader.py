@@ -22,12 +22,7 @@ from antre.protocol.claim import claim_op
 from antre.protocol.extend_lease import extend_lease_op
 from antre.settings import QueueSettings, WorkerSettings
 from antre_operator import backlog
-from redis_servers import free_port, running_redis
-
-
-def script_calls(client: redis.Redis) -> int:
-    stats = client.info("commandstats")
-    return sum(int(v["calls"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+from redis_servers import free_port, running_redis, script_calls
 
 
 async def test_depth_in_one_round_trip(redis_url: str, redis_client: redis.Redis) -> None:

@@ -11,11 +11,13 @@ from datetime import timedelta
 from typing import Any
 
 from antre import connection, errors, keys, queue_registry, redis_checks, tracing
+from antre.enqueue_batcher import EnqueueBatcher
 from antre.jobs import EnqueueResult, JobInfo
+from antre.pinned_connection import PinnedConnection
 from antre.protocol import scripts
 from antre.protocol.cancel import cancel_op
 from antre.protocol.depth import Depth, depth_op
-from antre.protocol.enqueue import NewJob, enqueue_ops
+from antre.protocol.enqueue import EnqueueCalls, NewJob, encode
 from antre.protocol.purge import purge_op
 from antre.protocol.reap import ReapResult, reap_op
 from antre.protocol.replay import replay_op
@@ -92,6 +94,7 @@ class _QueueBase:
         self.redis = redis_client
         self.settings = settings
         self.keys = settings.keys
+        self._enqueue_calls = EnqueueCalls(settings)
         #: Whether this queue's name is in the registry the dashboard lists (added once).
         self._registered = False
 
@@ -130,12 +133,17 @@ def _unconfirmed_enqueue(exc: errors.NotReplicated, written: list[EnqueueResult]
 class Queue(_QueueBase):
     """A queue seen from a synchronous producer or an operator's shell."""
 
+    def __init__(self, redis_client: Any, name: str | None = None, *, prefix: str | None = None,
+                 settings: QueueSettings | None = None) -> None:
+        super().__init__(redis_client, name, prefix=prefix, settings=settings)
+        self._pinned = PinnedConnection(redis_client)
+
     @classmethod
     def from_url(cls, url: str, name: str | None = None, **kwargs: Any) -> Queue:
         return cls(connection.connect(url), name, **kwargs)
 
     def _run(self, op: scripts.Op[Any]) -> Any:
-        return scripts.run(self.redis, op)
+        return self._pinned.run(op)
 
     def enqueue(self, job_type: str, payload: Any = None, *, idempotency_key: str | None = None,
                 resource_key: str | None = None, max_attempts: int | None = None,
@@ -146,7 +154,7 @@ class Queue(_QueueBase):
         job = self._new_job(job_type, payload, idempotency_key=idempotency_key,
                             resource_key=resource_key, max_attempts=max_attempts, delay=delay,
                             headers=headers)
-        [op] = enqueue_ops(self.settings, [job])
+        [op] = self._enqueue_calls.ops([job])
         self._register()
         try:
             return self._run(op)[0]  # type: ignore[no-any-return]
@@ -156,7 +164,7 @@ class Queue(_QueueBase):
     def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[EnqueueResult]:
         """Adds many jobs, 200 per round trip; all are validated before any is written."""
         results: list[EnqueueResult] = []
-        for op in enqueue_ops(self.settings, [to_new_job(spec) for spec in jobs]):
+        for op in self._enqueue_calls.ops([to_new_job(spec) for spec in jobs]):
             self._register()
             try:
                 results.extend(self._run(op))
@@ -223,11 +231,20 @@ class Queue(_QueueBase):
         return redis_checks.eviction_policy_warning_sync(self.redis)
 
     def close(self) -> None:
+        self._pinned.close()
         self.redis.close()
 
 
 class AsyncQueue(_QueueBase):
-    """A queue seen from an asyncio producer, the operator or the HTTP API."""
+    """A queue seen from an asyncio producer, the operator or the HTTP API.
+
+    Enqueues made concurrently share script calls (:mod:`antre.enqueue_batcher`); each still
+    returns its own result or error, once Redis has its job."""
+
+    def __init__(self, redis_client: Any, name: str | None = None, *, prefix: str | None = None,
+                 settings: QueueSettings | None = None) -> None:
+        super().__init__(redis_client, name, prefix=prefix, settings=settings)
+        self._batcher = EnqueueBatcher(redis_client, self._enqueue_calls)
 
     @classmethod
     def from_url(cls, url: str, name: str | None = None, **kwargs: Any) -> AsyncQueue:
@@ -240,19 +257,20 @@ class AsyncQueue(_QueueBase):
                       idempotency_key: str | None = None, resource_key: str | None = None,
                       max_attempts: int | None = None, delay: float | timedelta | None = None,
                       headers: dict[str, str] | None = None) -> EnqueueResult:
+        """Adds one job (see :meth:`Queue.enqueue`)."""
         job = self._new_job(job_type, payload, idempotency_key=idempotency_key,
                             resource_key=resource_key, max_attempts=max_attempts, delay=delay,
                             headers=headers)
-        [op] = enqueue_ops(self.settings, [job])
+        job_args = encode(self.settings, job)  # a bad job is refused here, alone
         await self._register()
         try:
-            return (await self._run(op))[0]  # type: ignore[no-any-return]
+            return await self._batcher.enqueue(job_args)
         except errors.NotReplicated as exc:
             raise _unconfirmed_enqueue(exc, [], single=True) from None
 
     async def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[EnqueueResult]:
         results: list[EnqueueResult] = []
-        for op in enqueue_ops(self.settings, [to_new_job(spec) for spec in jobs]):
+        for op in self._enqueue_calls.ops([to_new_job(spec) for spec in jobs]):
             await self._register()
             try:
                 results.extend(await self._run(op))
@@ -314,4 +332,5 @@ class AsyncQueue(_QueueBase):
         return await redis_checks.eviction_policy_warning(self.redis)
 
     async def close(self) -> None:
+        await self._batcher.wait_idle()
         await self.redis.aclose()

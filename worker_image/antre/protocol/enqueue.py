@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,12 @@ from antre.settings import QueueSettings
 #: Jobs per script call in enqueue_many: big enough to amortise the round trip, small enough
 #: not to stall Redis for other clients.
 BATCH_SIZE = MAX_JOBS_PER_CALL
+
+#: One encoder for every payload (json.dumps builds one per call given options). Sorted keys:
+#: the same payload is the same text whatever order a dict was built in, so a retried enqueue
+#: matches its idempotency key's digest.
+_PAYLOAD_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, sort_keys=True)
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,16 +38,14 @@ class NewJob:
 
 def encode(settings: QueueSettings, job: NewJob) -> list[ScriptArg]:
     """Validates one job and returns its 8 script arguments (the id is generated here)."""
-    if not isinstance(job.type, str) or not job.type or len(job.type) > 200 or any(
-            ord(char) < 32 or ord(char) == 127 for char in job.type):
+    if not isinstance(job.type, str) or not job.type or len(job.type) > 200 or (
+            _CONTROL_CHARACTER.search(job.type)):
         raise errors.InvalidArgument(
             f"type: got {job.type!r}; must be a non-empty string of at most 200 characters, "
             "without control characters"
         )
     try:
-        # Sorted keys: the same payload is the same text whatever order a dict was built in,
-        # so a retried enqueue matches its idempotency key's digest.
-        payload = json.dumps(job.payload, separators=(",", ":"), allow_nan=False, sort_keys=True)
+        payload = _PAYLOAD_ENCODER.encode(job.payload)
     except (TypeError, ValueError) as exc:
         raise errors.InvalidArgument(
             f"payload: {exc}; must be JSON-serialisable (dict, list, str, int, float, bool, None)"
@@ -87,21 +92,42 @@ def _parse(reply: list[Any]) -> list[EnqueueResult]:
             for i in range(0, len(reply), 2)]
 
 
+class EnqueueCalls:
+    """Builds the enqueue script calls of one queue; what every call shares (the script, the
+    queue's keys, its durability) is worked out once, since a producer enqueuing one job per
+    call builds a call per job."""
+
+    def __init__(self, settings: QueueSettings) -> None:
+        self.settings = settings
+        k = settings.keys
+        self._script = load("enqueue")
+        self._queue_keys = (k.ready, k.retry, k.stats)
+        self._job_prefix = k.job("")
+        self._idempotency_prefix = k.idempotency("")
+        self._durable = Durability.of(settings)
+
+    def ops(self, jobs: Sequence[NewJob]) -> list[Op[list[EnqueueResult]]]:
+        """Script calls for ``jobs``, BATCH_SIZE per call, in order. Validation happens for all
+        jobs before any call is built, so a bad job enqueues nothing."""
+        return self.ops_of_encoded([encode(self.settings, job) for job in jobs])
+
+    def ops_of_encoded(self, encoded: Sequence[list[ScriptArg]]) -> list[Op[list[EnqueueResult]]]:
+        """Script calls for jobs :func:`encode` returned the arguments of, BATCH_SIZE per call."""
+        ops = []
+        for start in range(0, len(encoded), BATCH_SIZE):
+            batch = encoded[start:start + BATCH_SIZE]
+            script_keys = list(self._queue_keys)
+            # ARGV[2] is unused since keys live as long as their jobs.
+            args: list[ScriptArg] = [len(batch), 0]
+            for job_args in batch:
+                script_keys.append(self._job_prefix + str(job_args[0]))
+                if job_args[5]:
+                    script_keys.append(self._idempotency_prefix + str(job_args[5]))
+                args.extend(job_args)
+            ops.append(Op(self._script, script_keys, args, _parse, self._durable))
+        return ops
+
+
 def enqueue_ops(settings: QueueSettings, jobs: Sequence[NewJob]) -> list[Op[list[EnqueueResult]]]:
-    """Script calls for ``jobs``, BATCH_SIZE per call, in order. Validation happens for all
-    jobs before any call is built, so a bad job enqueues nothing."""
-    encoded = [encode(settings, job) for job in jobs]
-    k = settings.keys
-    ops = []
-    for start in range(0, len(encoded), BATCH_SIZE):
-        batch = encoded[start:start + BATCH_SIZE]
-        script_keys = [k.ready, k.retry, k.stats]
-        # ARGV[2] is unused since keys live as long as their jobs.
-        args: list[ScriptArg] = [len(batch), 0]
-        for job_args in batch:
-            script_keys.append(k.job(str(job_args[0])))
-            if job_args[5]:
-                script_keys.append(k.idempotency(str(job_args[5])))
-            args.extend(job_args)
-        ops.append(Op(load("enqueue"), script_keys, args, _parse, Durability.of(settings)))
-    return ops
+    """Script calls for ``jobs`` (see :meth:`EnqueueCalls.ops`)."""
+    return EnqueueCalls(settings).ops(jobs)

@@ -127,7 +127,8 @@ _ERROR_TYPES: dict[str, type[errors.AntreError]] = {
 }
 
 
-def _translate(exc: redis.ResponseError) -> Exception:
+def translate_error(exc: redis.ResponseError) -> Exception:
+    """Our exception for a script's error reply (a typed one for the ``ANTRE_*`` codes)."""
     message = str(exc)
     if isinstance(exc, redis.exceptions.OutOfMemoryError | redis.exceptions.ReadOnlyError) or (
             "used memory > 'maxmemory'" in message):
@@ -139,7 +140,7 @@ def _translate(exc: redis.ResponseError) -> Exception:
     return errors.ProtocolError(f"Redis rejected a script call: {message}")
 
 
-def _is_noscript(exc: redis.ResponseError) -> bool:
+def is_noscript(exc: redis.ResponseError) -> bool:
     return isinstance(exc, redis.exceptions.NoScriptError) or str(exc).startswith("NOSCRIPT")
 
 
@@ -183,7 +184,7 @@ def _run_durable(client: Any, op: Op[T]) -> T:
         pipe = client.pipeline(transaction=False)
         _queue_script(pipe, op, cached=cached)
         reply, confirmations = pipe.execute(raise_on_error=False)
-        if not (cached and isinstance(reply, redis.ResponseError) and _is_noscript(reply)):
+        if not (cached and isinstance(reply, redis.ResponseError) and is_noscript(reply)):
             break
     if isinstance(reply, redis.ResponseError):
         raise reply
@@ -195,7 +196,7 @@ async def _run_durable_async(client: Any, op: Op[T]) -> T:
         pipe = client.pipeline(transaction=False)
         _queue_script(pipe, op, cached=cached)
         reply, confirmations = await pipe.execute(raise_on_error=False)
-        if not (cached and isinstance(reply, redis.ResponseError) and _is_noscript(reply)):
+        if not (cached and isinstance(reply, redis.ResponseError) and is_noscript(reply)):
             break
     if isinstance(reply, redis.ResponseError):
         raise reply
@@ -211,12 +212,12 @@ def run(client: Any, op: Op[T]) -> T:
         try:
             reply = client.evalsha(op.script.sha, numkeys, *op.keys, *op.args)
         except redis.ResponseError as exc:
-            if not _is_noscript(exc):
+            if not is_noscript(exc):
                 raise
             # EVAL runs the script and caches it, so later calls hit EVALSHA again.
             reply = client.eval(op.script.text, numkeys, *op.keys, *op.args)
     except redis.ResponseError as exc:
-        raise _translate(exc) from None
+        raise translate_error(exc) from None
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise errors.RedisUnavailable(f"Redis is unreachable: {exc}") from exc
     return op.parse(reply)
@@ -231,11 +232,11 @@ async def run_async(client: Any, op: Op[T]) -> T:
         try:
             reply = await client.evalsha(op.script.sha, numkeys, *op.keys, *op.args)
         except redis.ResponseError as exc:
-            if not _is_noscript(exc):
+            if not is_noscript(exc):
                 raise
             reply = await client.eval(op.script.text, numkeys, *op.keys, *op.args)
     except redis.ResponseError as exc:
-        raise _translate(exc) from None
+        raise translate_error(exc) from None
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise errors.RedisUnavailable(f"Redis is unreachable: {exc}") from exc
     return op.parse(reply)

@@ -1,0 +1,121 @@
+"""Queue's script calls on its pinned connection (antre/pinned_connection.py): the
+same answers as redis-py's own path, from many threads, across a dropped connection, a SCRIPT
+FLUSH and a fork, and one clear error when Redis is gone.
+
+Against a real redis-server.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+
+import pytest
+import redis
+from antre import errors
+from antre.client import Queue
+from antre.connection import connect
+from antre.settings import QueueSettings
+from invariants import assert_invariants
+from redis_servers import free_port, running_redis, script_calls
+
+QS = QueueSettings(name="pinned")
+
+
+@pytest.fixture
+def queue(redis_url: str, redis_client: redis.Redis) -> Iterator[Queue]:
+    q = Queue(connect(redis_url), settings=QS)
+    yield q
+    q.close()
+
+
+def test_one_connection_serves_every_call_of_one_thread(
+        queue: Queue, redis_client: redis.Redis) -> None:
+    results = [queue.enqueue("t", {"n": n}) for n in range(50)]
+    assert len({r.job_id for r in results}) == 50 and all(r.created for r in results)
+    pool = queue.redis.connection_pool
+    assert len(pool._in_use_connections) == 1  # the pinned one; nothing taken per call
+    assert queue.get(results[7].job_id).payload == {"n": 7}
+    assert queue.stats().ready == 50  # other script calls take the same path
+    assert_invariants(redis_client, QS)
+
+
+def test_threads_enqueue_at_once_and_each_gets_its_own_job(
+        queue: Queue, redis_client: redis.Redis) -> None:
+    ids: list[list[str]] = [[] for _ in range(8)]
+
+    def produce(i: int) -> None:
+        ids[i].extend(queue.enqueue("t", {"thread": i, "n": n}).job_id for n in range(100))
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    every = [job_id for per_thread in ids for job_id in per_thread]
+    assert len(set(every)) == 800
+    assert set(redis_client.lrange(QS.keys.ready, 0, -1)) == set(every)
+    assert_invariants(redis_client, QS)
+
+
+def test_a_dropped_connection_is_dialled_again_and_the_job_written_once(
+        queue: Queue, redis_client: redis.Redis) -> None:
+    first = queue.enqueue("t")
+    assert redis_client.client_kill_filter(_type="normal", skipme=True) >= 1
+    second = queue.enqueue("t", {"after": "kill"})
+    assert second.created and second.job_id != first.job_id
+    assert redis_client.lrange(QS.keys.ready, 0, -1) == [second.job_id, first.job_id]
+
+
+def test_after_script_flush_the_script_is_loaded_again(
+        queue: Queue, redis_client: redis.Redis) -> None:
+    queue.enqueue("t")
+    redis_client.script_flush()
+    result = queue.enqueue("t", {"x": 1}, idempotency_key="k")
+    assert result.created
+    assert queue.enqueue("t", {"x": 1}, idempotency_key="k").job_id == result.job_id
+    with pytest.raises(errors.IdempotencyConflict):  # script errors arrive as ours
+        queue.enqueue("t", {"x": 2}, idempotency_key="k")
+    assert_invariants(redis_client, QS)
+
+
+def test_a_forked_child_uses_a_connection_of_its_own(queue: Queue, redis_client: redis.Redis) -> None:
+    parent_job = queue.enqueue("t", {"who": "parent"})
+    pid = os.fork()
+    if pid == 0:  # the child: enqueue through the inherited Queue, report by exit status
+        try:
+            queue.enqueue("t", {"who": "child"})
+        finally:
+            os._exit(0 if len(redis_client.lrange(QS.keys.ready, 0, -1)) == 2 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    again = queue.enqueue("t", {"who": "parent again"})  # the parent's socket still in step
+    assert again.created
+    payloads = sorted(queue.get(job_id).payload["who"]
+                      for job_id in redis_client.lrange(QS.keys.ready, 0, -1))
+    assert payloads == ["child", "parent", "parent again"]
+    assert parent_job.created
+
+
+def test_redis_gone_is_one_clear_error() -> None:
+    with running_redis() as server:
+        q = Queue(connect(server.url, retry=None), settings=QS)
+        q.enqueue("t")
+        server.kill()
+        with pytest.raises(errors.RedisUnavailable, match="Redis is unreachable"):
+            q.enqueue("t")
+        q.close()
+    port = free_port()
+    q = Queue(connect(f"redis://127.0.0.1:{port}/0", retry=None), settings=QS)
+    with pytest.raises(errors.RedisUnavailable, match="Redis is unreachable"):
+        q.enqueue("t")
+    q.close()
+
+
+def test_script_calls_are_counted_as_one_per_enqueue(queue: Queue, redis_client: redis.Redis) -> None:
+    queue.enqueue("t")
+    before = script_calls(redis_client)
+    for _ in range(10):
+        queue.enqueue("t")
+    assert script_calls(redis_client) - before == 10
