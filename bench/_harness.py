@@ -97,6 +97,24 @@ def start_redis(*args: str, appendonly: bool = False) -> RedisServer:
     return BenchRedis("--maxmemory-policy", "noeviction", *args, appendonly=appendonly).start()
 
 
+def start_with_adapters(only: str) -> tuple[RedisServer, dict[str, Adapter]]:
+    """A redis-server for the run (its URL in ``BENCH_REDIS_URL``: several libraries bind their
+    broker at import) and the adapters of the comma-separated libraries that are installed."""
+    from bench.adapters import load
+
+    server = start_redis()
+    os.environ["BENCH_REDIS_URL"] = server.url
+    adapters = {}
+    for name in (name.strip() for name in only.split(",")):
+        if not name:
+            continue
+        try:
+            adapters[name] = load(name)
+        except ImportError as exc:
+            print(f"{name}: not installed ({exc}); skipped")
+    return server, adapters
+
+
 def client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, decode_responses=True)
 

@@ -60,17 +60,7 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(LIBRARIES))
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
-    from bench.adapters import load
-
-    names = [name.strip() for name in args.only.split(",") if name.strip()]
-    server = h.start_redis()
-    os.environ["BENCH_REDIS_URL"] = server.url  # several libraries bind their broker at import
-    adapters = {}
-    for name in names:
-        try:
-            adapters[name] = load(name)
-        except ImportError as exc:
-            print(f"{name}: not installed ({exc}); skipped")
+    server, adapters = h.start_with_adapters(args.only)
     walls: dict[str, h.Series] = {name: h.Series() for name in adapters}
     cpus: dict[str, h.Series] = {name: h.Series() for name in adapters}
     print(h.load_line(), "(before)")

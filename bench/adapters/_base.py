@@ -41,5 +41,14 @@ async def timed_loop_async(n: int, call: Callable[[], Awaitable[object]]) -> flo
     return time.perf_counter() - start
 
 
+async def timed_gather(n: int, concurrency: int, call: Callable[[], Awaitable[object]]) -> float:
+    """Seconds to make ``n`` calls, ``concurrency`` at a time with asyncio.gather (the way an
+    async web service enqueues from many requests at once)."""
+    start = time.perf_counter()
+    for done in range(0, n, concurrency):
+        await asyncio.gather(*(call() for _ in range(min(concurrency, n - done))))
+    return time.perf_counter() - start
+
+
 def run(coro: Awaitable[float]) -> float:
     return asyncio.run(coro)  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ import time
 
 import antre
 
-from bench.adapters import _record
+from bench.adapters import _base, _record
 
 QUEUE = "bench"
 
@@ -53,6 +53,16 @@ class AntreAdapter:
             return time.perf_counter() - start
         finally:
             queue.close()
+
+    def enqueue_concurrently(self, kind: str, n: int, *, concurrency: int) -> float:
+        async def go() -> float:
+            queue = antre.AsyncQueue.from_url(
+                self.url, settings=antre.QueueSettings.from_env(name=QUEUE))
+            try:
+                return await _base.timed_gather(n, concurrency, lambda: queue.enqueue(kind))
+            finally:
+                await queue.close()
+        return _base.run(go())
 
     def worker_commands(self, processes: int) -> list[list[str]]:
         command = [sys.executable, "-m", "antre", "worker", "--handlers", __name__, "--queue", QUEUE,

@@ -46,6 +46,15 @@ class ArqAdapter:
                 await pool.aclose()
         return _base.run(go())
 
+    def enqueue_concurrently(self, kind: str, n: int, *, concurrency: int) -> float:
+        async def go() -> float:
+            pool = await create_pool(WorkerSettings.redis_settings)
+            try:
+                return await _base.timed_gather(n, concurrency, lambda: pool.enqueue_job(kind))
+            finally:
+                await pool.aclose()
+        return _base.run(go())
+
     def worker_commands(self, processes: int) -> list[list[str]]:
         return [[sys.executable, "-m", "arq", f"{__name__}.WorkerSettings"]] * processes
 

@@ -43,6 +43,16 @@ class SaqAdapter:
                 await queue.disconnect()
         return _base.run(go())
 
+    def enqueue_concurrently(self, kind: str, n: int, *, concurrency: int) -> float:
+        async def go() -> float:
+            queue = Queue.from_url(_base.redis_url())
+            await queue.connect()
+            try:
+                return await _base.timed_gather(n, concurrency, lambda: queue.enqueue(kind))
+            finally:
+                await queue.disconnect()
+        return _base.run(go())
+
     def worker_commands(self, processes: int) -> list[list[str]]:
         return [[sys.executable, "-m", "saq", f"{__name__}.settings"]] * processes
 

@@ -46,6 +46,17 @@ class TaskiqAdapter:
                 await client.shutdown()
         return _base.run(go())
 
+    def enqueue_concurrently(self, kind: str, n: int, *, concurrency: int) -> float:
+        async def go() -> float:
+            client = ListQueueBroker(_base.redis_url())
+            await client.startup()
+            kicker: AsyncKicker[..., None] = AsyncKicker(task_name=kind, broker=client, labels={})
+            try:
+                return await _base.timed_gather(n, concurrency, kicker.kiq)
+            finally:
+                await client.shutdown()
+        return _base.run(go())
+
     def worker_commands(self, processes: int) -> list[list[str]]:
         return [[sys.executable, "-m", "taskiq", "worker", f"{__name__}:broker",
                  "--workers", str(processes)]]
