@@ -81,12 +81,24 @@ class Applied:
     generation: int | None
     """metadata.generation after the apply: the API server raises it on every change of the
     spec (a hand edit of replicas, image, env), never for status or metadata."""
+    resource_version: str | None = None
+    """The newest resourceVersion seen with ``written`` unchanged: the same version is the same
+    object, so the comparison of its written state is skipped (most polls at rest)."""
 
     def unchanged(self, manifest: Mapping[str, Any], live: Mapping[str, Any] | None) -> bool:
         """Nothing to apply: the same manifest, and the child as this apply left it (its status
         aside)."""
-        return (self.written is not None and manifest == self.manifest
-                and kube.written_state(live) == self.written)
+        if self.written is None or not (manifest is self.manifest or manifest == self.manifest):
+            return False
+        seen = kube.resource_version(live)
+        return (seen is not None and seen == self.resource_version) \
+            or kube.written_state(live) == self.written
+
+    def seen(self, live: Mapping[str, Any] | None) -> Applied:
+        """This apply, remembering ``live``'s version as one where it is still unchanged."""
+        version = kube.resource_version(live)
+        return self if version == self.resource_version else dataclasses.replace(
+            self, resource_version=version)
 
     def edited_by_hand(self, live: Mapping[str, Any]) -> bool:
         """A watch event of a spec change the operator did not make: worth a step at once.
@@ -156,6 +168,8 @@ class Reconciler:
         self.secrets = secret_reading.SecretReader(namespace=namespace,
                                                    policy=state.settings.policy)
         self._reported: dict[str, str] = {}
+        self._parsed: tuple[tuple[str, int], spec.JobQueueSpec] | None = None
+        self._rendered: tuple[spec.JobQueueSpec, tuple[str, int], rendering.Children] | None = None
 
     @property
     def kube(self) -> kube.KubeClient:
@@ -189,10 +203,7 @@ class Reconciler:
         generation = meta.get("generation")
         uid = str(meta.get("uid", ""))
         try:
-            jq = spec.parse_jobqueue(name=self.name, namespace=self.namespace,
-                                     spec=body.get("spec") or {})
-            rendering.check_name(jq.name)
-            policy.check_jobqueue(jq, self.state.settings.policy)
+            jq = self._valid_spec(body, uid, generation)
         except spec.InvalidSpec as exc:
             self.state.metrics.errors.labels(self.namespace, self.name, exc.reason).inc()
             self._report(body, "spec", reason=exc.reason, message=str(exc))
@@ -276,6 +287,29 @@ class Reconciler:
             last_scale_time=self.last_scale_time, workers=workers)
         await self._write_status(body, observation)
         return interval
+
+    def _valid_spec(self, body: Any, uid: str, generation: Any) -> spec.JobQueueSpec:
+        """The spec parsed and allowed; parsed once per generation (the API server raises it
+        on every change of a custom resource's spec), since a poll at rest changes nothing."""
+        version = (uid, generation) if isinstance(generation, int) else None
+        if version is not None and self._parsed is not None and self._parsed[0] == version:
+            return self._parsed[1]
+        jq = spec.parse_jobqueue(name=self.name, namespace=self.namespace,
+                                 spec=body.get("spec") or {})
+        rendering.check_name(jq.name)
+        policy.check_jobqueue(jq, self.state.settings.policy)
+        self._parsed = None if version is None else (version, jq)
+        return jq
+
+    def _children(self, jq: spec.JobQueueSpec, uid: str, replicas: int) -> rendering.Children:
+        """The rendered children, again only when the spec or the replicas changed: the same
+        manifest objects then let :meth:`Applied.unchanged` skip comparing them."""
+        if self._rendered is not None and self._rendered[0] is jq \
+                and self._rendered[1] == (uid, replicas):
+            return self._rendered[2]
+        children = rendering.render_children(jq, uid, replicas=replicas)
+        self._rendered = (jq, (uid, replicas), children)
+        return children
 
     async def close(self) -> None:
         if self.reader is not None:
@@ -411,12 +445,13 @@ class Reconciler:
 
     async def _apply_children(self, body: Any, jq: spec.JobQueueSpec, uid: str,
                               replicas: int) -> None:
-        children = rendering.render_children(jq, uid, replicas=replicas)
+        children = self._children(jq, uid, replicas)
         for manifest in children.present:
             key: ChildKey = (manifest["kind"], self.namespace, manifest["metadata"]["name"])
             live = await self._observed(key)
             before = self.state.applied.get(key)
             if before is not None and before.unchanged(manifest, live):
+                self.state.applied[key] = before.seen(live)
                 continue  # at rest: no write
             # Before the write: its own watch event may arrive while we await the answer, and
             # must not pass for a hand edit (that would run the next step at once, so a
@@ -431,7 +466,7 @@ class Reconciler:
                 self.state.applied.pop(key, None)
                 raise
             self.state.applied[key] = Applied(manifest, kube.written_state(stored),
-                                              _generation(stored))
+                                              _generation(stored), kube.resource_version(stored))
             self.state.remember_child(key, stored)
             if before is not None and (action == "created" or
                                        (action == "changed" and before.manifest == manifest)):

@@ -102,10 +102,13 @@ class FakeKube(kube.KubeClient):
 JOBQUEUE_UID = "uid-1"
 
 
-def jobqueue_body(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+def jobqueue_body(name: str, namespace: str, spec: dict[str, Any], *,
+                  generation: int = 1) -> dict[str, Any]:
+    """A JobQueue as the API server returns it: give a changed spec a new ``generation``, as
+    the server does (the operator parses a spec once per generation)."""
     return {"apiVersion": f"{settings.GROUP}/{settings.VERSION}", "kind": settings.KIND,
             "metadata": {"name": name, "namespace": namespace, "uid": JOBQUEUE_UID,
-                         "generation": 1},
+                         "generation": generation},
             "spec": spec}
 
 

@@ -95,8 +95,9 @@ async def test_a_child_is_applied_again_only_when_it_or_the_manifest_changed(
         assert [e for e in events if e["reason"] == "Repaired"]
 
         # A changed manifest is applied; then rest again.
-        await rec.step(jobqueue_body("rest", NS, {**body["spec"], "replicas": 3}))
-        await rec.step(jobqueue_body("rest", NS, {**body["spec"], "replicas": 3}))
+        changed = jobqueue_body("rest", NS, {**body["spec"], "replicas": 3}, generation=2)
+        await rec.step(changed)
+        await rec.step(changed)
         assert child_writes()[3:] == [path]
         assert worker_replicas(fake, "rest") == 3
 
