@@ -2,15 +2,18 @@
 
 Covers: 202 queued / scheduled with Location, the idempotency key returning the existing job
 with 200, job reads with status, attempt, last_error and history, 404 for unknown jobs, stats,
-the dead-letter list with paging and replay by ids or all.
+the dead-letter list with paging and replay by ids or all, concurrent enqueues sharing script
+calls.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from antre import JobStatus, Queue
 from operations import queue_states
+from redis_servers import script_calls
 
 
 async def test_enqueue_answers_202_and_the_job_exists(client: Any, redis_client: Any) -> None:
@@ -99,3 +102,19 @@ async def test_delay_under_a_millisecond_is_queued_not_scheduled(client: Any,
     body = await response.json()
     assert (response.status, body["status"]) == (202, "queued")
     assert Queue(redis_client, "q").get(body["job_id"]).status == JobStatus.QUEUED
+
+
+async def test_concurrent_enqueue_requests_share_script_calls(client: Any, redis_client: Any) -> None:
+    """The API keeps one client per queue, so enqueues of requests in flight together go out
+    in shared script calls (antre.enqueue_batcher); each request still gets its own job."""
+    await client.post("/v1/queues/q/jobs", json={"type": "warm-up"})
+    before = script_calls(redis_client)
+    responses = await asyncio.gather(*(client.post("/v1/queues/q/jobs", json={
+        "type": "t", "payload": {"n": n}}) for n in range(100)))
+    calls = script_calls(redis_client) - before
+    bodies = [await response.json() for response in responses]
+    assert [response.status for response in responses] == [202] * 100
+    assert len({body["job_id"] for body in bodies}) == 100
+    queue = Queue(redis_client, "q")
+    assert [queue.get(body["job_id"]).payload for body in bodies] == [{"n": n} for n in range(100)]
+    assert calls < 100, f"{calls} script calls for 100 requests"

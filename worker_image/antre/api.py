@@ -148,6 +148,9 @@ class ApiState:
         self.redis = redis_client
         self.queue_template = queue_template
         self.settings = api_settings
+        #: One client per served queue, so concurrent requests' enqueues share script calls
+        #: (antre.enqueue_batcher) and the queue is registered once, not per request.
+        self._queues: dict[str, AsyncQueue] = {}
         self.registry = CollectorRegistry()
         self.requests = Counter("antre_api_requests_total", "HTTP requests by route and status",
                                 ["method", "route", "status"], registry=self.registry)
@@ -169,7 +172,11 @@ class ApiState:
             raise BadRequest(403, "queue_not_served", f"queue {name!r}: not served by this API "
                              f"(it serves {', '.join(map(repr, self.settings.queues))})",
                              field="queue")
-        return AsyncQueue(self.redis, settings=dataclasses.replace(self.queue_template, name=name))
+        queue = self._queues.get(name)
+        if queue is None:
+            queue = AsyncQueue(self.redis, settings=dataclasses.replace(self.queue_template, name=name))
+            self._queues[name] = queue
+        return queue
 
 
 APP_STATE: Final = web.AppKey("antre_state", ApiState)
