@@ -9,15 +9,18 @@ machine the CPU time is the steadier figure. It reports; it asserts nothing.
 
     python bench/startup.py                       # every installed peer, 7 runs
     python bench/startup.py --only antre,huey --runs 11
+    python bench/startup.py --floor               # what the interpreter and the imports cost
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Final
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -55,11 +58,52 @@ def first_job(adapter: h.Adapter, url: str, *, timeout_s: float = 60.0) -> tuple
         records.cleanup()
 
 
+#: Processes that only start the interpreter and import: the floor under any worker's start.
+#: "without OpenTelemetry" hides the SDK redis-py loads when it is installed (as in this venv;
+#: not in the worker image) the way a missing package is hidden: an entry of None.
+FLOOR: Final = (
+    ("python -c pass", ["-c", "pass"]),
+    ("import asyncio", ["-c", "import asyncio"]),
+    ("import redis", ["-c", "import redis"]),
+    ("import redis, without OpenTelemetry",
+     ["-c", "import sys; sys.modules['opentelemetry'] = None; import redis"]),
+    ("import antre", ["-c", "import antre"]),
+    ("antre worker --help", ["-m", "antre", "worker", "--help"]),
+    ("antre worker --help, without OpenTelemetry",
+     ["-c", "import sys, runpy; sys.modules['opentelemetry'] = None; "
+            "sys.argv = ['antre', 'worker', '--help']; runpy.run_module('antre', run_name='__main__')"]),
+    ("import huey.consumer (huey's worker)", ["-c", "import huey.consumer"]),
+)
+
+
+def floor(runs: int) -> None:
+    """Wall and CPU time of each FLOOR process, interleaved, medians of ``runs``."""
+    walls: dict[str, h.Series] = {label: h.Series() for label, _ in FLOOR}
+    cpus: dict[str, h.Series] = {label: h.Series() for label, _ in FLOOR}
+    print(h.load_line(), "(before)")
+    for _ in range(runs):
+        for label, args in FLOOR:
+            cpu_before = _children_cpu_s()
+            start = time.perf_counter()
+            subprocess.run([sys.executable, *args], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            walls[label].add(time.perf_counter() - start)
+            cpus[label].add(_children_cpu_s() - cpu_before)
+    print(h.load_line(), "(after)\n")
+    print(h.table(["process", "wall, s", "CPU (user+sys), s"],
+                  [[label, walls[label].fmt(3), cpus[label].fmt(3)] for label, _ in FLOOR]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=",".join(LIBRARIES))
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--floor", action="store_true",
+                        help="only time the interpreter's start and the imports (no Redis, no job)")
     args = parser.parse_args()
+    if args.floor:
+        floor(args.runs)
+        return
     server, adapters = h.start_with_adapters(args.only)
     walls: dict[str, h.Series] = {name: h.Series() for name in adapters}
     cpus: dict[str, h.Series] = {name: h.Series() for name in adapters}
