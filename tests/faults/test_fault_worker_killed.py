@@ -78,6 +78,7 @@ def test_killed_worker_with_many_jobs_in_flight_loses_none(
         else:
             assert info.attempt == 1
         assert runs(fault_client, job_id) <= info.attempt
-    assert 1 <= lost <= 4, "worker a held up to its concurrency of leases when it died"
+    # Its 4 slots plus one job prefetched (a quarter of the concurrency).
+    assert 1 <= lost <= 5, "worker a held up to concurrency + prefetch leases when it died"
     assert b.alive()
     check_invariants(fault_client, queue_settings)

@@ -80,8 +80,11 @@ async def test_lost_lease_discards_the_result(redis_client, aredis, qs, caplog, 
     queue = Queue(redis_client, settings=qs)
     job_id = queue.enqueue("stuck").job_id
     try:
+        # With one slot and no prefetch, the worker cannot claim the job again while the
+        # stuck thread holds the slot: only the heartbeat can find the lease gone.
         async with running_worker(aredis, qs, registry, visibility_timeout_s=1.0,
-                                  reaper_interval_s=60, concurrency=concurrency):
+                                  reaper_interval_s=60, concurrency=concurrency,
+                                  prefetch=0 if concurrency == 1 else None):
             await eventually(lambda: calls == [1])
             # The worker looks frozen to the rest of the world: its lease runs out and a
             # reaper pass requeues the job.

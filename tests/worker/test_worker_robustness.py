@@ -115,9 +115,11 @@ async def test_a_thread_past_its_timeout_keeps_its_slot_and_its_lock(redis_clien
             # The thread still runs: its resource stays locked and the only slot stays busy.
             assert redis_client.exists(qs.keys.resource_lock("acct"))
             quick_id = queue.enqueue("quick").job_id
-            # The claim loop saw the slot freed by the failed run, and went back to waiting.
+            # The claim loop saw the slot freed by the failed run and prefetched the next job
+            # (leased, renewed by the heartbeat), which waits: the only slot stays busy.
+            await eventually(lambda: [run.claimed.id for run in worker._waiting] == [quick_id])
             await eventually(lambda: worker.threads.overdue == 1 and not worker._slot_freed.is_set())
-            assert status_of(redis_client, qs, quick_id) == "queued" and started == [stuck_id]
+            assert status_of(redis_client, qs, quick_id) == "processing" and started == [stuck_id]
             hang.set()
             await eventually(lambda: status_of(redis_client, qs, quick_id) == "done")
     finally:
@@ -198,9 +200,11 @@ async def test_duplicates_are_logged_and_counted(redis_client, aredis, qs, caplo
     metrics = WorkerMetrics(qs.name)
     async with running_worker(aredis, qs, registry, metrics=metrics):
         await eventually(lambda: status_of(redis_client, qs, first) == "done")
-        # A second job with the completed key (its dedupe window on enqueue was bypassed).
-        second = queue.enqueue("t", idempotency_key="order-2").job_id
-        redis_client.hset(qs.keys.job(second), "idempotency_key", "order-1")
+    # A second job with the completed key (its dedupe window on enqueue was bypassed), changed
+    # while no worker runs: an idle worker claims a new job within a round trip.
+    second = queue.enqueue("t", idempotency_key="order-2").job_id
+    redis_client.hset(qs.keys.job(second), "idempotency_key", "order-1")
+    async with running_worker(aredis, qs, registry, metrics=metrics):
         await eventually(lambda: status_of(redis_client, qs, second) == "done")
     assert ran == [first]
     assert any(getattr(r, "event", None) == "duplicate" and r.job_id == second

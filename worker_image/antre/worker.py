@@ -10,6 +10,7 @@ list onto itself, so a new job wakes the worker at once without ever leaving the
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -19,7 +20,7 @@ import socket
 import time
 from typing import Any
 
-from antre import failures, logs, queue_registry, redis_checks, tracing
+from antre import failures, idle_wait, logs, queue_registry, redis_checks, tracing
 from antre.ack_batcher import AckBatcher
 from antre.errors import NotReplicated
 from antre.failures import Failure
@@ -79,9 +80,13 @@ class Worker:
         #: When the worker started, on the Redis clock (read at start), for uptimes.
         self.started_at_ms: int | None = None
         self._running = 0
+        #: Runs claimed ahead of a free slot (prefetch), leased and renewed, in claim order.
+        self._waiting: collections.deque[Run] = collections.deque()
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._idle_wait: asyncio.Task[Any] | None = None
+        self._idle = idle_wait.IdleWait(redis)
+        self._interrupt: asyncio.Task[None] | None = None
         self._loops: list[asyncio.Task[Any]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.outages = Outages(redis, queue_name=queue.name, worker_id=self.worker_id,
@@ -89,7 +94,7 @@ class Worker:
         self.outcomes = Outcomes(queue.name, self.worker_id, metrics)
         self.held = HeldRuns(self.outcomes, lease_s=settings.visibility_timeout_s)
         scripts.check_durable_client(redis, queue)
-        self.threads = HandlerThreads(settings.concurrency, on_slot_freed=self._slot_freed.set,
+        self.threads = HandlerThreads(settings.concurrency, on_slot_freed=self._on_slot_freed,
                                       on_lock_freed=lambda run: self.settler.unlock_soon(run))
         self.settler = Settler(redis, queue, settings, worker_id=self.worker_id,
                                outages=self.outages, outcomes=self.outcomes, held=self.held,
@@ -114,6 +119,8 @@ class Worker:
         self._slot_freed.set()
         if self._idle_wait is not None:
             self._idle_wait.cancel()
+        if self._loop is not None:
+            self._interrupt = self._loop.create_task(self._idle.interrupt())
 
     @property
     def in_flight(self) -> int:
@@ -173,6 +180,7 @@ class Worker:
                 for task in background:
                     task.cancel()
             await asyncio.gather(claimer, *background, return_exceptions=True)
+            await self._idle.close()
             await self.heartbeat.unregister()
             await self.settler.finish()
             self.threads.shutdown()
@@ -194,6 +202,12 @@ class Worker:
         handlers are cancelled first; a run that cannot be stopped (a thread) keeps its resource
         lock while the process lives, and the lock expires one lease after it exits."""
         deadline = time.monotonic() + self.settings.grace_period_s
+        waiting = [run for run in self._waiting if not run.lost]
+        self._waiting.clear()
+        if waiting:  # prefetched, never started: back to the queue at once
+            for run in waiting:
+                run.released = True
+            await self.settler.release(waiting, still_going=())
         while self._running and time.monotonic() < deadline:
             tasks = [run.task for run in self.held if run.task and not run.task.done()]
             if not tasks:
@@ -222,20 +236,32 @@ class Worker:
 
     # -- claiming --------------------------------------------------------------------------
 
+    def _wanted(self) -> int:
+        """Jobs to claim now: the free slots, plus room in the prefetch buffer."""
+        busy = self._running + self.threads.overdue
+        return self.settings.concurrency + self.settings.prefetch_jobs - busy - len(self._waiting)
+
     async def _claim_loop(self) -> None:
         outages = 0
+        wait_s: float | None = None  # set while the queue is empty: the next claim blocks first
         while not self._stopping.is_set():
-            free = self.settings.concurrency - self._running - self.threads.overdue
-            if free <= 0:
+            wanted = self._wanted()
+            if wanted <= 0:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
+            op = claim_op(self.queue, self.settings, worker_id=self.worker_id, max_jobs=wanted)
             try:
                 # Never cancelled mid-call: a claim whose reply is lost would strand its jobs
-                # until their leases expire.
+                # until their leases expire (a stop interrupts the idle wait instead).
                 claim_ns, claim_sent_at = time.time_ns(), time.monotonic()
-                result = await scripts.run_async(self.redis, claim_op(
-                    self.queue, self.settings, worker_id=self.worker_id, max_jobs=free))
+                if wait_s is None:
+                    result = await scripts.run_async(self.redis, op)
+                elif idle_wait.supported(self.redis, op):
+                    result = await self._idle.claim_when_ready(self.queue.keys.ready, op, wait_s)
+                else:
+                    await self._wait_for_work(wait_s)
+                    continue
             except NotReplicated as exc:
                 # Too few replicas have the claim (durable_replicas): a failover could still undo
                 # it and lease these jobs again, so they are given back unstarted.
@@ -250,6 +276,8 @@ class Worker:
                 outages += 1
                 await self.outages.wait("claim", exc, outages)
                 continue
+            finally:
+                wait_s = None
             if outages:
                 log.info("redis reachable again", extra={"worker_id": self.worker_id})
                 outages = 0
@@ -262,22 +290,26 @@ class Worker:
                 await self.settler.give_back(
                     result.jobs, reason="claim reply came back after its leases' deadline")
                 continue
+            if result.jobs and self._stopping.is_set():  # the idle wait interrupted by a stop
+                await self.settler.give_back(result.jobs, reason="worker stopping")
+                continue
             if result.jobs:
                 runs = [Run(claimed) for claimed in result.jobs]
                 self.held.add(runs, claim_sent_at=claim_sent_at)
                 for run in runs:
                     tracing.record_claim(self.queue.name, run.claimed, claim_ns, time.time_ns())
-                    self._start(run)
+                self._waiting.extend(runs)
+                self._start_waiting()
                 continue
             if result.duplicates:
                 continue
             wait_s = IDLE_WAIT_S
             if result.next_due_ms is not None and result.now_ms is not None:
                 wait_s = min(max((result.next_due_ms - result.now_ms) / 1000, 0.005), IDLE_WAIT_S)
-            await self._wait_for_work(wait_s)
 
     async def _wait_for_work(self, timeout_s: float) -> None:
-        """Blocks until the ready list is non-empty (or the timeout passes). BLMOVE of the list
+        """Blocks until the ready list is non-empty (or the timeout passes), for clients that
+        cannot queue the claim behind the wait (:mod:`antre.idle_wait`). BLMOVE of the list
         onto itself, tail to tail, leaves it exactly as it was."""
         if self._stopping.is_set():
             return
@@ -297,8 +329,22 @@ class Worker:
 
     # -- running ---------------------------------------------------------------------------
 
+    def _start_waiting(self) -> None:
+        """Starts prefetched runs while slots are free (their lease was renewed meanwhile; one
+        found lost is dropped)."""
+        while (self._waiting and not self._stopping.is_set()
+               and self._running + self.threads.overdue < self.settings.concurrency):
+            run = self._waiting.popleft()
+            if not run.lost and not run.released:
+                self._start(run)
+
+    def _on_slot_freed(self) -> None:
+        self._start_waiting()
+        self._slot_freed.set()
+
     def _start(self, run: Run) -> None:
         self._running += 1
+        run.started = time.monotonic()  # the job's time runs from here, not from the claim
         run.task = asyncio.create_task(self._execute(run))
         logs.job_event("claimed", run.claimed, worker_id=self.worker_id, level=logging.DEBUG)
 
@@ -313,7 +359,7 @@ class Worker:
                 failure = Failure(f"internal error: {type(exc).__name__}: {exc}")
         finally:
             self._running -= 1
-            self._slot_freed.set()
+            self._on_slot_freed()
         if run.lost or run.released:
             return
         run.settling = True

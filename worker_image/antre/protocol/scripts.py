@@ -144,6 +144,20 @@ def is_noscript(exc: redis.ResponseError) -> bool:
     return isinstance(exc, redis.exceptions.NoScriptError) or str(exc).startswith("NOSCRIPT")
 
 
+def evalsha_command(op: Op[Any]) -> tuple[ScriptArg, ...]:
+    """``op`` as one EVALSHA command, for a caller that writes it on a connection itself (the
+    worker's idle wait queues it behind a BLMOVE); its reply goes to :func:`parse_reply`."""
+    return ("EVALSHA", op.script.sha, len(op.keys), *op.keys, *op.args)
+
+
+def parse_reply(op: Op[T], reply: Any) -> T:
+    """The result of ``op`` from its raw reply, an error reply raised as :func:`run_async`
+    raises it (a NOSCRIPT reply is the caller's to retry with :func:`run_async`)."""
+    if isinstance(reply, redis.ResponseError):
+        raise translate_error(reply)
+    return op.parse(reply)
+
+
 def check_durable_client(client: Any, settings: QueueSettings) -> None:
     """Refuses durable writes on a Redis Cluster client, whose pipelines spread commands over
     nodes: a WAIT must follow the write on the same connection to count its replicas."""

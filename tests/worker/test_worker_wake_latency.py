@@ -1,0 +1,137 @@
+"""An idle worker starts a new job one network trip after it is enqueued, not two.
+
+The worker reaches Redis through a TCP proxy that delays every byte by ``ONE_WAY_S`` in each
+direction (a round trip of ``2 * ONE_WAY_S``, as to a Redis in another zone). A worker that
+is woken by its blocking wait and then sends its claim needs the wake-up reply plus a whole
+claim round trip (3 one-way delays); with the claim queued behind the wait on the same
+connection, Redis runs it the moment the job arrives and the worker starts the job as soon as
+the one reply reaches it (1 one-way delay). Also covered: a stop ends the blocking wait at
+once, through the proxy's delays, with nothing claimed left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from antre import AsyncQueue
+from antre.connection import connect_async
+from antre.handlers import HandlerRegistry
+from antre.settings import QueueSettings
+from invariants import assert_invariants
+from worker_harness import eventually, running_worker
+
+ONE_WAY_S = 0.05
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copies ``reader`` to ``writer``, each chunk ``ONE_WAY_S`` after it arrived, in order."""
+    loop = asyncio.get_running_loop()
+    chunks: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+    async def deliver() -> None:
+        while True:
+            due, data = await chunks.get()
+            if not data:
+                break
+            await asyncio.sleep(max(due - loop.time(), 0))
+            writer.write(data)
+            await writer.drain()
+
+    delivering = asyncio.create_task(deliver())
+    try:
+        while data := await reader.read(65536):
+            chunks.put_nowait((loop.time() + ONE_WAY_S, data))
+        chunks.put_nowait((loop.time(), b""))
+        await delivering
+    finally:
+        delivering.cancel()
+        writer.close()
+
+
+@contextlib.asynccontextmanager
+async def delaying_proxy(redis_url: str) -> AsyncIterator[str]:
+    """A URL reaching ``redis_url``'s server through the delaying proxy."""
+    target = urlsplit(redis_url)
+
+    async def serve(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        server_reader, server_writer = await asyncio.open_connection(target.hostname, target.port)
+        await asyncio.gather(_pump(client_reader, server_writer),
+                             _pump(server_reader, client_writer), return_exceptions=True)
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield urlunsplit(target._replace(netloc=f"127.0.0.1:{port}"))
+    finally:
+        server.close()
+
+
+def _blocked_on_the_ready_list(redis_client: Any) -> bool:
+    return any(client["cmd"] == "blmove" and "b" in client["flags"]
+               for client in redis_client.client_list())
+
+
+@pytest.fixture
+def slow_qs() -> QueueSettings:
+    return QueueSettings(name="wake", max_attempts=3)
+
+
+async def test_idle_worker_starts_a_job_one_trip_after_it_is_enqueued(
+        redis_client: Any, redis_url: str, slow_qs: QueueSettings) -> None:
+    registry = HandlerRegistry()
+    started: dict[int, float] = {}
+
+    @registry.handler("ping")
+    async def ping(job: Any) -> None:
+        started[job.payload] = time.perf_counter()
+
+    producer = AsyncQueue(connect_async(redis_url), settings=slow_qs)
+    latencies = []
+    async with delaying_proxy(redis_url) as far_url:
+        far = connect_async(far_url)
+        try:
+            async with running_worker(far, slow_qs, registry):
+                await producer.stats()  # connected before measuring
+                for i in range(5):
+                    await eventually(lambda: _blocked_on_the_ready_list(redis_client),
+                                     message="the worker blocked on the ready list")
+                    sent = time.perf_counter()
+                    await producer.enqueue("ping", i)
+                    await eventually(lambda i=i: i in started, timeout_s=5)
+                    latencies.append(started[i] - sent)
+                    await eventually(lambda: redis_client.zcard(slow_qs.keys.processing) == 0)
+        finally:
+            await far.aclose()
+            await producer.close()
+    median_s = statistics.median(latencies)
+    # One trip is ONE_WAY_S; two round trips' worth (wake-up, then claim) would be 3x that.
+    assert ONE_WAY_S <= median_s < 2 * ONE_WAY_S, [round(x * 1000) for x in latencies]
+    assert_invariants(redis_client, slow_qs)
+
+
+async def test_stop_ends_the_blocking_wait_at_once(redis_client: Any, redis_url: str,
+                                                  slow_qs: QueueSettings) -> None:
+    registry = HandlerRegistry()
+    registry.register("noop", lambda job: None)
+    async with delaying_proxy(redis_url) as far_url:
+        far = connect_async(far_url)
+        try:
+            async with running_worker(far, slow_qs, registry) as worker:
+                await eventually(lambda: _blocked_on_the_ready_list(redis_client),
+                                 message="the worker blocked on the ready list")
+                stopping_at = time.perf_counter()
+                worker.stop()
+            stopped_s = time.perf_counter() - stopping_at
+        finally:
+            await far.aclose()
+    # The wait lasts up to 1 s; the unblock and its replies take a few one-way delays.
+    assert stopped_s < 0.8, f"stop took {stopped_s:.2f} s"
+    assert redis_client.zcard(slow_qs.keys.processing) == 0
+    assert redis_client.llen(slow_qs.keys.ready) == 0

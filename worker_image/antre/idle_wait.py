@@ -1,0 +1,106 @@
+"""The idle worker's wait: a blocking BLMOVE on the ready list with the claim queued right
+behind it on the same connection, so the claim runs inside Redis the moment a job arrives.
+
+Redis executes a connection's commands in order: the claim written after the BLMOVE waits in
+the connection's buffer while the BLMOVE blocks, and runs as soon as it returns (a job pushed,
+or the timeout), in the same event-loop turn of Redis. A job enqueued on an idle queue therefore
+reaches its handler after one round trip instead of two (wake up, then claim). The BLMOVE moves
+the list's tail onto itself, so nothing ever leaves the ready list except through the claim:
+there is no worker-owned place for a crash to strand a job in, and nothing new to recover.
+
+The wait keeps one connection of the client's pool for itself. A stop unblocks it with
+``CLIENT UNBLOCK`` from another connection instead of cancelling the read: a cancelled read
+could lose the reply of a claim that already ran, stranding its jobs until their leases expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio
+
+from antre import errors
+from antre.protocol import scripts
+from antre.protocol.scripts import Op
+
+log = logging.getLogger("antre.worker")
+
+T = TypeVar("T")
+
+
+def supported(client: Any, op: Op[Any]) -> bool:
+    """Whether ``client`` can run ``op`` behind a blocking wait: a single-node client (a
+    cluster client's pipelines may not keep one connection) and an op without WAIT."""
+    return isinstance(client, redis.asyncio.Redis) and op.durable is None
+
+
+class IdleWait:
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._connection: Any = None
+        #: Redis's id of the waiting connection, while a wait is under way (for CLIENT UNBLOCK).
+        self._blocked_id: asyncio.Future[int] | None = None
+        self._interrupted = False
+
+    async def claim_when_ready(self, ready_key: str, op: Op[T], timeout_s: float) -> T:
+        """Blocks up to ``timeout_s`` until ``ready_key`` holds a job, then runs ``op`` (the
+        claim) at once; returns its result, empty if it found nothing. Raises what
+        :func:`scripts.run_async` raises."""
+        if self._connection is None:
+            self._connection = await self.client.connection_pool.get_connection()
+        if self._interrupted:
+            return await scripts.run_async(self.client, op)
+        connection = self._connection
+        timeout = max(round(timeout_s, 3), 0.001)
+        commands = [("CLIENT", "ID"), ("BLMOVE", ready_key, ready_key, "RIGHT", "RIGHT", timeout),
+                    scripts.evalsha_command(op)]
+        blocked_id = self._blocked_id = asyncio.get_running_loop().create_future()
+        try:
+            await connection.send_packed_command(connection.pack_commands(commands))
+            blocked_id.set_result(int(await connection.read_response()))
+            await connection.read_response(timeout=timeout + connection.socket_timeout)
+            try:
+                reply = await connection.read_response()
+            except redis.ResponseError as exc:
+                reply = exc
+        except BaseException as exc:
+            # A half-read connection must never be reused: its next reply would be this one's.
+            await self._drop()
+            if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+                raise errors.RedisUnavailable(f"Redis is unreachable: {exc}") from exc
+            raise
+        finally:
+            self._blocked_id = None
+            if not blocked_id.done():
+                blocked_id.cancel()
+        if isinstance(reply, redis.ResponseError) and scripts.is_noscript(reply):
+            return await scripts.run_async(self.client, op)  # EVAL loads it for next time
+        return scripts.parse_reply(op, reply)
+
+    async def interrupt(self) -> None:
+        """Ends a wait under way as if it had timed out (its claim still runs and replies); the
+        waits after it return at once, with only a claim."""
+        self._interrupted = True
+        blocked_id = self._blocked_id
+        if blocked_id is None:
+            return
+        with contextlib.suppress(Exception):
+            await self.client.client_unblock(await blocked_id)
+
+    async def close(self) -> None:
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            with contextlib.suppress(Exception):
+                await self.client.connection_pool.release(connection)
+
+    async def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        with contextlib.suppress(Exception):
+            await connection.disconnect()
+        with contextlib.suppress(Exception):
+            await self.client.connection_pool.release(connection)
+
