@@ -119,6 +119,21 @@ def client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, decode_responses=True)
 
 
+@contextlib.contextmanager
+def bench_server() -> Iterator[tuple[RedisServer, redis.Redis]]:
+    """A fresh redis-server for one benchmark script and a client of it; ``BENCH_REDIS_URL``
+    names it for the adapters (import them after this). Prints its version and the load."""
+    server = start_redis()
+    os.environ["BENCH_REDIS_URL"] = server.url
+    r = client(server.url)
+    try:
+        print(f"redis-server {r.info('server')['redis_version']}; {load_line()}", flush=True)
+        yield server, r
+    finally:
+        r.close()
+        server.stop()
+
+
 def child_env(url: str, record_dir: Path, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
@@ -217,10 +232,11 @@ class Workers:
 
 
 @contextlib.contextmanager
-def workers(adapter: Adapter, url: str, records: Records, processes: int) -> Iterator[Workers]:
+def workers(adapter: Adapter, url: str, records: Records, processes: int,
+            commands: Sequence[Sequence[str]] | None = None) -> Iterator[Workers]:
     group = Workers(child_env(url, records.dir), records.dir)
     try:
-        for command in adapter.worker_commands(processes):
+        for command in commands or adapter.worker_commands(processes):
             group.start(command)
         yield group
     finally:
@@ -294,22 +310,27 @@ class DrainResult:
     drain_scripts_per_job: float
     #: CPU the worker processes used during the drain, per job (their children not counted).
     worker_cpu_s_per_job: float = 0.0
+    #: CPU redis-server used during the drain, per job (INFO cpu, all its threads).
+    redis_cpu_s_per_job: float = 0.0
 
 
 def drain_run(adapter: Adapter, r: redis.Redis, url: str, *, jobs: int, processes: int,
-              timeout_s: float | None = None) -> DrainResult:
+              timeout_s: float | None = None, kind: str = "noop",
+              commands: Sequence[Sequence[str]] | None = None) -> DrainResult:
+    """Drains ``jobs`` queued jobs of ``kind`` with the adapter's default workers (or
+    ``commands``, ``processes`` job-executing processes in all)."""
     r.flushall()
     records = Records()
     try:
         before = command_counts(r)
-        took = adapter.enqueue("noop", jobs, bulk=adapter.has_bulk)
+        took = adapter.enqueue(kind, jobs, bulk=adapter.has_bulk)
         enq_total, enq_scripts = counted(before, command_counts(r))
         park(r, adapter.ready_keys)
-        with workers(adapter, url, records, processes) as group:
+        with workers(adapter, url, records, processes, commands) as group:
             warm_up(adapter, records, group, processes)
             time.sleep(0.2)
             before = command_counts(r)
-            cpu_before = group.cpu_s()
+            cpu_before, redis_cpu_before = group.cpu_s(), redis_cpu_s(r)
             unpark(r, adapter.ready_keys)
             start = time.monotonic()
             limit = timeout_s or max(120.0, jobs / 40)
@@ -323,15 +344,22 @@ def drain_run(adapter: Adapter, r: redis.Redis, url: str, *, jobs: int, processe
                 time.sleep(0.002)
             elapsed = time.monotonic() - start
             cpu = group.cpu_s() - cpu_before
+            redis_cpu = redis_cpu_s(r) - redis_cpu_before
             drain_total, drain_scripts = counted(before, command_counts(r))
         return DrainResult(
             enqueue_rate=jobs / took, drain_rate=jobs / elapsed,
             enqueue_cmds_per_job=enq_total / jobs, enqueue_scripts_per_job=enq_scripts / jobs,
             drain_cmds_per_job=drain_total / jobs, drain_scripts_per_job=drain_scripts / jobs,
-            worker_cpu_s_per_job=cpu / jobs,
+            worker_cpu_s_per_job=cpu / jobs, redis_cpu_s_per_job=redis_cpu / jobs,
         )
     finally:
         records.cleanup()
+
+
+def redis_cpu_s(r: redis.Redis) -> float:
+    """User + system CPU seconds redis-server has used since it started."""
+    cpu = r.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
 def single_enqueue_rate(adapter: Adapter, r: redis.Redis, jobs: int) -> float:

@@ -16,6 +16,8 @@ import time
 WARM_S = 0.02
 #: How long the job that the kill test interrupts runs.
 SLOW_S = 8.0
+#: The I/O a "real work" job waits on (bench/real_work.py): a sleep, as a call to a service is.
+IO_S = 0.01
 
 _fds: dict[tuple[int, str], int] = {}
 
@@ -64,3 +66,19 @@ async def slow_async(token: str) -> None:
     _slow_event("start", token)
     await asyncio.sleep(SLOW_S)
     _slow_event("end", token)
+
+
+def started(sent_at: str) -> None:
+    """A latency job started: the seconds since ``sent_at`` (``time.time()`` just before the
+    enqueue call, sent as the job's argument) in ``latency``, one line per job."""
+    _append("latency", f"{time.time() - float(sent_at):.6f}\n".encode())
+
+
+def io_sync() -> None:
+    time.sleep(IO_S)
+    done()
+
+
+async def io_async() -> None:
+    await asyncio.sleep(IO_S)
+    done()

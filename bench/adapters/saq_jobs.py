@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from saq import Queue
@@ -22,7 +25,18 @@ async def slow(ctx: dict[str, Any], *, token: str) -> None:
     await _record.slow_async(token)
 
 
-settings = {"queue": Queue.from_url(_base.redis_url()), "functions": [noop, warm, slow]}
+async def latency(ctx: dict[str, Any], *, token: str) -> None:
+    _record.started(token)
+
+
+async def io_async(ctx: dict[str, Any]) -> None:
+    await _record.io_async()
+
+
+settings = {"queue": Queue.from_url(_base.redis_url()),
+            "functions": [noop, warm, slow, latency, io_async],
+            # saq's CLI takes no concurrency flag: bench/real_work.py sets it here.
+            "concurrency": int(os.environ.get("BENCH_SAQ_CONCURRENCY", "10"))}
 
 
 class SaqAdapter:
@@ -31,6 +45,7 @@ class SaqAdapter:
     has_bulk = False
     fork_per_job = False
     processes_note = "N x `saq settings` (concurrency 10)"
+    io_styles = ("async",)
 
     def enqueue(self, kind: str, n: int, *, bulk: bool, token: str = "") -> float:
         async def go() -> float:
@@ -53,8 +68,17 @@ class SaqAdapter:
                 await queue.disconnect()
         return _base.run(go())
 
+    def sender(self, kind: str) -> Callable[[str], object]:
+        loop = asyncio.new_event_loop()
+        queue = Queue.from_url(_base.redis_url())
+        loop.run_until_complete(queue.connect())
+        return lambda token: loop.run_until_complete(queue.enqueue(kind, token=token))
+
     def worker_commands(self, processes: int) -> list[list[str]]:
         return [[sys.executable, "-m", "saq", f"{__name__}.settings"]] * processes
+
+    def io_worker(self, style: str, concurrency: int) -> list[str]:
+        return ["env", f"BENCH_SAQ_CONCURRENCY={concurrency}", *self.worker_commands(1)[0]]
 
 
 ADAPTER = SaqAdapter()
