@@ -38,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import antre
 import antre.jobs
+from antre.protocol import scripts
+from antre.protocol.read_records import records_op
 
 from bench import _harness as h
 
@@ -202,13 +204,10 @@ def enqueue_jobs(queue: antre.Queue, jobs: int, duration_s: float, workers: int,
 
 
 def histories(r: Any, settings: antre.QueueSettings, ids: list[str]) -> dict[str, dict[str, str]]:
+    """Every job's record, finished and dead ones (packed) included."""
     out: dict[str, dict[str, str]] = {}
-    for start in range(0, len(ids), 1000):
-        chunk = ids[start:start + 1000]
-        pipe = r.pipeline(transaction=False)
-        for job_id in chunk:
-            pipe.hgetall(settings.keys.job(job_id))
-        out.update(zip(chunk, pipe.execute(), strict=True))
+    for chunk in scripts.chunked(ids):
+        out.update(zip(chunk, scripts.run(r, records_op(settings, chunk)), strict=True))
     return out
 
 

@@ -49,6 +49,12 @@ def _measure(r: redis.Redis, bring: Callable[[], None], jobs: int) -> float:
     return (_used(r) - before) / jobs
 
 
+def _script_usec(r: redis.Redis) -> int:
+    """Microseconds Redis has spent in script calls so far (INFO commandstats)."""
+    stats = r.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("usec", 0)) for name in ("evalsha", "eval"))
+
+
 def _sample(r: redis.Redis, qs: antre.QueueSettings) -> str:
     key = next(r.scan_iter(match=qs.keys.job_prefix + "*", count=1000))
     return f"MEMORY USAGE {r.memory_usage(key)} B, {r.object('encoding', key)}"
@@ -109,10 +115,16 @@ def main() -> None:
             result = scripts.run(r, claim.claim_op(qs, ws, worker_id=WORKER_ID, max_jobs=BATCH))
             return [(job.id, job.lease) for job in result.jobs]
 
-        def finish() -> None:
+        ack_usec: dict[float, list[int]] = {}
+
+        def finish(settings: antre.QueueSettings = qs) -> None:
             enqueue()
+            spent = ack_usec.setdefault(settings.done_ttl_s, [0, 0])
             while leases := claimed():
-                scripts.run(r, ack.ack_op(qs, leases, worker_id=WORKER_ID))
+                before = _script_usec(r)
+                scripts.run(r, ack.ack_op(settings, leases, worker_id=WORKER_ID))
+                spent[0] += _script_usec(r) - before
+                spent[1] += len(leases)
 
         def kill(error: str) -> Callable[[], None]:
             def bring() -> None:
@@ -123,6 +135,8 @@ def main() -> None:
                                                     worker_id=WORKER_ID))
             return bring
 
+        # The ack's cost of packing: the same acks with done_ttl_s 0 keep no record (a stub).
+        finish(antre.QueueSettings(name="bench", done_ttl_s=0))
         rows = []
         for state, bring in (("queued", enqueue), ("finished (done, kept)", finish),
                              (f"dead, {len(ERROR)}-character error", kill(ERROR)),
@@ -138,6 +152,9 @@ def main() -> None:
         print(h.table(["state", "bytes/job (INFO used_memory)", "sample record"], rows))
         print(f"\nA day of finished records at {args.rate:,.0f} jobs/s (done_ttl_s one day): "
               f"{day / 2**30:,.2f} GiB")
+        kept, stub = (ack_usec[ttl][0] / ack_usec[ttl][1] for ttl in (qs.done_ttl_s, 0))
+        print(f"Redis time of an ack, per job: {kept:.1f} us packing the finished record, "
+              f"{stub:.1f} us keeping none (done_ttl_s 0): {kept / stub:.2f}x")
         print("\nThe floor: what Redis's building blocks cost per job, whatever the layout\n")
         print(h.table(["building block", "bytes/job"], floor(r, args.jobs)))
     finally:

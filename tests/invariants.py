@@ -29,6 +29,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from antre.protocol import scripts
+from antre.protocol.read_records import records_op
 from antre.settings import QueueSettings
 
 _WHERE = {
@@ -62,6 +64,20 @@ class Snapshot:
         return sum(1 for fields in self.jobs.values() if fields.get("status") == status)
 
 
+def read_records(redis_client: Any, queue: Any, job_ids: list[str]) -> list[dict[str, str]]:
+    """Job records as every reader sees them, whichever form they are stored in (a Hash while
+    live, packed once finished or dead); {} for no record. ``queue`` is a QueueSettings or a
+    client queue."""
+    settings = getattr(queue, "settings", queue)
+    return [record for chunk in scripts.chunked(job_ids) if chunk
+            for record in scripts.run(redis_client, records_op(settings, chunk))]
+
+
+def read_record(redis_client: Any, queue: Any, job_id: str) -> dict[str, str]:
+    """One job's record as :func:`read_records` reads it."""
+    return read_records(redis_client, queue, [job_id])[0]
+
+
 def _scan(redis_client: Any, pattern: str) -> list[str]:
     return sorted(set(redis_client.scan_iter(match=pattern, count=1000)))
 
@@ -71,11 +87,9 @@ def snapshot(redis_client: Any, queue_settings: QueueSettings) -> Snapshot:
     base_pattern = k.scan_pattern()[:-1]  # "<prefix>:[{]<Q>[}]:"
     processing = redis_client.zrange(k.processing, 0, -1, withscores=True)
     retry = redis_client.zrange(k.retry, 0, -1, withscores=True)
-    jobs = {}
-    for key in _scan(redis_client, base_pattern + "job:*"):
-        fields = redis_client.hgetall(key)
-        if fields:
-            jobs[key[len(k.job_prefix):]] = fields
+    job_ids = [key[len(k.job_prefix):] for key in _scan(redis_client, base_pattern + "job:*")]
+    jobs = {job_id: fields for job_id, fields in
+            zip(job_ids, read_records(redis_client, queue_settings, job_ids), strict=True) if fields}
     locks = {key[len(k.lock_prefix):]: redis_client.get(key)
              for key in _scan(redis_client, base_pattern + "lock:*")}
     idem_keys = _scan(redis_client, base_pattern + "idem:*")

@@ -20,6 +20,7 @@ import pytest
 import redis
 from antre import Queue
 from browser_support import QUEUE, TOKEN, Api, eventually, live_field, sign_in
+from invariants import read_record
 from playwright.sync_api import BrowserContext, Page, expect
 from redis_servers import free_port
 
@@ -108,7 +109,7 @@ def test_replay_a_dead_letter_group(page: Page, api: Api, queue: Queue, start_wo
     page.get_by_role("button", name="Replay 6").click()
     expect(page.get_by_role("status")).to_have_text(
         "Replayed 6 of 6 job(s): they are back in the ready list.")
-    eventually(lambda: all(redis_client.hget(queue.keys.job(i), "status") == "done" for i in ids),
+    eventually(lambda: all(read_record(redis_client, queue, i).get("status") == "done" for i in ids),
                message="the replayed jobs done")
     expect(live_field(page, "dead")).to_have_text("0", timeout=10_000)
 
@@ -128,7 +129,7 @@ def test_purge_selected_dead_letters(page: Page, api: Api, queue: Queue, start_w
     page.get_by_role("button", name="Delete 2").click()
     expect(page.get_by_role("status")).to_have_text("Purged 2 of 2 job(s).")
     assert redis_client.exists(queue.keys.job(ids[0]), queue.keys.job(ids[2])) == 0
-    assert redis_client.hget(queue.keys.job(ids[1]), "status") == "dead"
+    assert read_record(redis_client, queue, ids[1]).get("status") == "dead"
 
 
 def test_cancel_a_queued_job(page: Page, api: Api, queue: Queue,
@@ -137,11 +138,11 @@ def test_cancel_a_queued_job(page: Page, api: Api, queue: Queue,
     sign_in(page, api, f"/queues/{QUEUE}/jobs/{job_id}")
     page.get_by_role("button", name="Cancel").click()
     expect(page.get_by_role("heading", name=f"Cancel job {job_id} of queue emails?")).to_be_visible()
-    assert redis_client.hget(queue.keys.job(job_id), "status") == "queued"  # not yet: confirm
+    assert read_record(redis_client, queue, job_id).get("status") == "queued"  # not yet: confirm
     page.get_by_role("button", name="Cancel the job").click()
     expect(page.get_by_role("status")).to_have_text("Cancelled: the job was queued and will not run.")
     expect(page.locator("h1 .status")).to_have_text("cancelled")
-    assert redis_client.hget(queue.keys.job(job_id), "status") == "cancelled"
+    assert read_record(redis_client, queue, job_id).get("status") == "cancelled"
 
 
 @pytest.fixture

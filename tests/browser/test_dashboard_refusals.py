@@ -13,6 +13,7 @@ import redis
 import requests
 from antre import Queue
 from browser_support import QUEUE, TOKEN, Api, eventually, sign_in
+from invariants import read_record
 from playwright.sync_api import BrowserContext, Page, expect
 
 
@@ -46,7 +47,7 @@ def test_actions_need_the_cookie_and_the_csrf_token(page: Page, context: Browser
                           (_cancel_form(job_id, csrf), {"Origin": "http://evil.example"})):
         answer = context.request.post(action_url, form=form, headers=headers, max_redirects=0)
         assert answer.status == 403, (form, headers)
-    assert redis_client.hget(queue.keys.job(job_id), "status") == "queued"
+    assert read_record(redis_client, queue, job_id).get("status") == "queued"
 
     # A token minted for another session does not work in this one.
     other = requests.Session()
@@ -60,12 +61,12 @@ def test_actions_need_the_cookie_and_the_csrf_token(page: Page, context: Browser
     answer = context.request.post(action_url, form=_cancel_form(job_id, other_csrf.group(1)),
                                   max_redirects=0)
     assert answer.status == 403
-    assert redis_client.hget(queue.keys.job(job_id), "status") == "queued"
+    assert read_record(redis_client, queue, job_id).get("status") == "queued"
 
     # With both, the same request works (303 to the job page with the notice).
     answer = context.request.post(action_url, form=_cancel_form(job_id, csrf), max_redirects=0)
     assert answer.status == 303
-    assert redis_client.hget(queue.keys.job(job_id), "status") == "cancelled"
+    assert read_record(redis_client, queue, job_id).get("status") == "cancelled"
 
 
 def test_pages_and_streams_need_a_session(api: Api) -> None:
@@ -99,7 +100,7 @@ def test_read_only_mode(page: Page, context: BrowserContext, start_api: Any, que
     answer = context.request.post(api.ui(f"/queues/{QUEUE}/actions"), max_redirects=0, form={
         "csrf": _csrf(page), "action": "replay", "ids": dead_ids[0], "confirmed": "yes"})
     assert answer.status == 403 and "read-only" in answer.text()
-    assert redis_client.hget(queue.keys.job(dead_ids[0]), "status") == "dead"
+    assert read_record(redis_client, queue, dead_ids[0]).get("status") == "dead"
 
 
 def test_wrong_tokens_are_throttled(api: Api) -> None:
@@ -130,7 +131,7 @@ def test_without_a_token_no_sign_in_but_still_csrf(page: Page, context: BrowserC
     answer = context.request.post(action_url, form=_cancel_form(job_id, None), max_redirects=0)
     assert answer.status == 403
     assert requests.post(action_url, data=_cancel_form(job_id, "x"), timeout=10).status_code == 401
-    assert redis_client.hget(queue.keys.job(job_id), "status") == "queued"
+    assert read_record(redis_client, queue, job_id).get("status") == "queued"
     page.get_by_role("button", name="Cancel").click()
     page.get_by_role("button", name="Cancel the job").click()
     expect(page.locator("h1 .status")).to_have_text("cancelled")

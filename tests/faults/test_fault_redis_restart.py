@@ -20,6 +20,7 @@ from antre.protocol import scripts
 from antre.protocol.ack import ack_op
 from antre.protocol.claim import claim_op
 from fault_support import SpawnWorker, WorkerProcess, check_invariants, effect_count
+from invariants import read_record, read_records
 from redis_servers import RedisServer, wait_until
 
 
@@ -67,10 +68,7 @@ def outage_logged(worker: WorkerProcess) -> bool:
 
 
 def statuses(client: redis.Redis, settings: QueueSettings, job_ids: list[str]) -> list[Any]:
-    pipe = client.pipeline(transaction=False)
-    for job_id in job_ids:
-        pipe.hget(settings.keys.job(job_id), "status")
-    return pipe.execute()  # type: ignore[no-any-return]
+    return [record.get("status") for record in read_records(client, settings, job_ids)]
 
 
 @pytest.mark.parametrize(("fault_redis", "crash"), [
@@ -139,10 +137,10 @@ def test_ack_retried_after_its_reply_was_lost_reports_held(
         queue_settings, WorkerSettings(), worker_id="w", max_jobs=1)).jobs
     lease = (job_id, claimed.lease)
     assert scripts.run(fault_client, ack_op(queue_settings, [lease], worker_id="w")).held == [True]
-    before = fault_client.hgetall(queue_settings.keys.job(job_id))
+    before = read_record(fault_client, queue_settings, job_id)
     assert scripts.run(fault_client, ack_op(queue_settings, [lease], worker_id="w")).held == [True]
     stale = (job_id, claimed.lease - 1)
     assert scripts.run(fault_client, ack_op(queue_settings, [stale], worker_id="w")).held == [False]
-    assert fault_client.hgetall(queue_settings.keys.job(job_id)) == before, "retries change nothing"
+    assert read_record(fault_client, queue_settings, job_id) == before, "retries change nothing"
     assert queue.stats().counters["done"] == 1
     check_invariants(fault_client, queue_settings)

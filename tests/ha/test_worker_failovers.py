@@ -10,6 +10,7 @@ from typing import Any
 import redis
 from antre import Queue, QueueSettings, connection
 from fault_support import QUEUE, SpawnWorker, check_invariants, effect_count
+from invariants import read_records
 from redis_sentinels import SentinelGroup
 from redis_servers import wait_until
 
@@ -17,10 +18,8 @@ from redis_servers import wait_until
 def all_done(group: SentinelGroup, settings: QueueSettings, job_ids: list[str]) -> bool:
     """Whether every job is done on the current primary."""
     with group.primary_client() as client:
-        pipe = client.pipeline(transaction=False)
-        for job_id in job_ids:
-            pipe.hget(settings.keys.job(job_id), "status")
-        return all(status == "done" for status in pipe.execute())
+        return all(record.get("status") == "done"
+                   for record in read_records(client, settings, job_ids))
 
 
 def wait_done(group: SentinelGroup, settings: QueueSettings, job_ids: list[str], *,

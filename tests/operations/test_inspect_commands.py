@@ -164,7 +164,9 @@ def test_odd_job_records_and_lock_keys_do_not_crash(queue: Queue, redis_url: str
     stuck = queue_states.stuck_lease(queue)
     queue.redis.hset(queue.keys.job(stuck), "attempt", "x")
     dead = queue_states.dead_letters(queue, [("E", 2)])
-    queue.redis.hset(queue.keys.job(dead[0]), "died_at", "soon")
+    queue.redis.delete(queue.keys.job(dead[0]))  # a hand-written dead record
+    queue.redis.hset(queue.keys.job(dead[0]), mapping={
+        "id": dead[0], "type": "send_email", "status": "dead", "last_error": "E", "died_at": "soon"})
     queue.redis.delete(queue.keys.job(dead[1]))  # a dead job whose record expired
     queue.redis.hset(queue.keys.resource_lock("weird"), "not", "a string")  # wrong key type
     code, out = run(capsys, redis_url, "inspect")

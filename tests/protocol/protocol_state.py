@@ -15,6 +15,7 @@ from typing import Any
 from antre import jobs
 from antre.protocol import scripts
 from antre.settings import QueueSettings
+from invariants import read_records
 
 _DEAD_ORDER = itertools.count()
 
@@ -67,8 +68,8 @@ def history(fields: dict[str, str]) -> list[str]:
 
 
 def dump(r: Any, qs: QueueSettings) -> dict[str, Any]:
-    """Every key of the queue as plain data. Job hashes lose their time fields; their history
-    ring becomes the list of event names under ``history``."""
+    """Every key of the queue as plain data. Job records (read in either form) lose their time
+    fields; their history ring becomes the list of event names under ``history``."""
     k = qs.keys
     base = k.scan_pattern()[:-1]
     state: dict[str, Any] = {
@@ -81,12 +82,12 @@ def dump(r: Any, qs: QueueSettings) -> dict[str, Any]:
         "locks": {},
         "idem": {},
     }
-    for key in r.scan_iter(match=base + "job:*"):
-        fields = r.hgetall(key)
+    job_ids = [key[len(k.job_prefix):] for key in r.scan_iter(match=base + "job:*")]
+    for job_id, fields in zip(job_ids, read_records(r, qs, job_ids), strict=True):
         job = {name: v for name, v in fields.items()
                if name not in TIME_FIELDS and not name.startswith("h:")}
         job["history"] = history(fields)
-        state["jobs"][key[len(k.job_prefix):]] = job
+        state["jobs"][job_id] = job
     for key in r.scan_iter(match=base + "lock:*"):
         state["locks"][key[len(k.lock_prefix):]] = r.get(key)
     for key in r.scan_iter(match=base + "idem:*"):

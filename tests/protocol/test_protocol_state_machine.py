@@ -25,7 +25,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from invariants import assert_invariants
+from invariants import assert_invariants, read_record
 
 QS = QueueSettings(name="sm", max_attempts=2)
 WS = WorkerSettings(visibility_timeout_s=60)
@@ -178,7 +178,7 @@ def build_machine(r):
         def matches_model(self):
             assert_invariants(r, QS)
             for job_id, model in self.jobs.items():
-                fields = r.hgetall(QS.keys.job(job_id))
+                fields = read_record(r, QS, job_id)
                 assert fields["status"] == model.status, (job_id, fields, model)
                 assert int(fields["attempt"]) == model.attempt, (job_id, fields, model)
             depth = self.queue.stats()

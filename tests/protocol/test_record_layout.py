@@ -1,9 +1,9 @@
 """The job record's compact layout: what keeps it a listpack, and reading what earlier versions
 wrote.
 
-Aspects: a record claimed, extended and acked by a worker with a Kubernetes-length id stays a
-listpack (every value under Redis's 64-byte ``hash-max-listpack-value``); its history names the
-worker of every step of the run and each entry's time and attempt; a fresh record has no
+Aspects: a record claimed and extended by a worker with a Kubernetes-length id stays a listpack
+(every value under Redis's 64-byte ``hash-max-listpack-value``) until the ack packs it; its
+history names the worker of every step of the run and each entry's time and attempt; a fresh record has no
 ``updated_at``/``queued_at`` and readers take ``created_at``; history entries in the JSON form of
 earlier versions read as before, alone and mixed with compact ones in one ring; a ring that
 wrapped numbers its entries from the ``events`` counter.
@@ -27,7 +27,7 @@ from protocol_state import server_ms
 POD_WORKER = "emails-worker-7d9f8b6c5d-x2x4z-1-a1b2c3"
 
 
-def test_claimed_extended_and_acked_record_stays_a_listpack(redis_client, qs, ws):
+def test_claimed_and_extended_record_stays_a_listpack_until_packed(redis_client, qs, ws):
     queue = Queue(redis_client, settings=qs)
     job_id = queue.enqueue("send_email", {"to": "ana@example.com"}).job_id
     before = server_ms(redis_client)
@@ -35,12 +35,13 @@ def test_claimed_extended_and_acked_record_stays_a_listpack(redis_client, qs, ws
     lease = (job_id, claimed[0].lease)
     scripts.run(redis_client, extend_lease_op(qs, [lease], lease_ms=30_000, worker_id=POD_WORKER,
                                               registry_entry_json="{}", registry_ttl_ms=10_000))
-    assert scripts.run(redis_client, ack_op(qs, [lease], worker_id=POD_WORKER)).held == [True]
-    after = server_ms(redis_client)
-
     assert redis_client.object("encoding", qs.keys.job(job_id)) == "listpack"
     record = redis_client.hgetall(qs.keys.job(job_id))
     assert max(len(value.encode()) for value in record.values()) <= 64
+    assert scripts.run(redis_client, ack_op(qs, [lease], worker_id=POD_WORKER)).held == [True]
+    after = server_ms(redis_client)
+
+    assert redis_client.type(qs.keys.job(job_id)) == "string"  # packed once done
     info = queue.get(job_id)
     assert [(e.n, e.event, e.attempt, e.worker) for e in info.history] == [
         (1, "enqueued", 0, None), (2, "claimed", 1, POD_WORKER), (3, "extended", 1, POD_WORKER),

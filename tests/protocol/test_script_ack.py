@@ -9,7 +9,7 @@ from antre.protocol import scripts
 from antre.protocol.ack import ack_op
 from antre.protocol.claim import claim_op
 from antre.settings import QueueSettings
-from invariants import assert_invariants
+from invariants import assert_invariants, read_record
 from protocol_state import dump, run_fresh, seed_job, server_ms
 
 
@@ -157,7 +157,7 @@ def test_the_done_key_keeps_its_digest(redis_client, ws, done_ttl_s):
     qs = QueueSettings(name="q", done_ttl_s=done_ttl_s)
     queue = Queue(redis_client, settings=qs)
     job_id = queue.enqueue("t", {"n": 1}, idempotency_key="k").job_id
-    digest = redis_client.hget(qs.keys.job(job_id), "idempotency_digest")
+    digest = read_record(redis_client, qs, job_id).get("idempotency_digest")
     [job] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
     assert ack(redis_client, qs, [(job.id, job.lease)]) == [True]
     assert redis_client.get(qs.keys.idempotency("k")) == f"{job_id}|{digest}|done"

@@ -7,7 +7,7 @@ from antre.client import Queue
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
 from antre.protocol.fail import fail_op
-from invariants import assert_invariants
+from invariants import assert_invariants, read_record
 from protocol_state import dump, run_fresh, seed_job, server_ms
 
 
@@ -167,7 +167,7 @@ def test_the_deferral_bound_is_per_wait_not_over_the_jobs_life(redis_client, qs,
     seed_job(redis_client, qs, "a", resource_key="acct", status="scheduled",
              lock_deferrals=ws.lock_max_deferrals)
     [job] = claim(redis_client, qs, ws).jobs
-    assert redis_client.hget(qs.keys.job("a"), "lock_deferrals") == "0"
+    assert read_record(redis_client, qs, "a").get("lock_deferrals") == "0"
     scripts.run(redis_client, fail_op(qs, (job.id, job.lease), error="boom", retry_delay_ms=0,
                                       worker_id="w1"))
     seed_job(redis_client, qs, "holder", status="processing", attempt=1, lease=1, resource_key="acct")

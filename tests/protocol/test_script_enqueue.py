@@ -14,7 +14,7 @@ from antre.client import Queue
 from antre.protocol import scripts
 from antre.protocol.enqueue import BATCH_SIZE, NewJob, enqueue_ops
 from antre.settings import QueueSettings
-from invariants import assert_invariants
+from invariants import assert_invariants, read_record
 from protocol_state import dump, run_fresh, seed_job, server_ms
 from redis_servers import wait_until
 
@@ -43,7 +43,7 @@ def test_enqueue_one_writes_record_and_pushes_left(redis_client, qs, queue):
         "resource_key": "acct-1", "headers": '{"trace":"x"}', "events": "1", "history": ["enqueued"],
     }
     assert state["jobs"][second.job_id]["max_attempts"] == str(qs.max_attempts)
-    record = redis_client.hgetall(qs.keys.job(first.job_id))
+    record = read_record(redis_client, qs, first.job_id)
     assert before <= int(record["created_at"]) <= after
     # Ready since it was created: no queued_at or updated_at until they differ from created_at.
     assert "queued_at" not in record and "updated_at" not in record
@@ -59,7 +59,7 @@ def test_delayed_job_goes_to_retry_set_scheduled(redis_client, qs, queue):
     assert state["jobs"][result.job_id]["status"] == "scheduled"
     due = redis_client.zscore(qs.keys.retry, result.job_id)
     assert before + 5000 <= due <= server_ms(redis_client) + 5000
-    assert int(redis_client.hget(qs.keys.job(result.job_id), "queued_at")) == due
+    assert int(read_record(redis_client, qs, result.job_id).get("queued_at")) == due
     assert_invariants(redis_client, qs)
 
 
@@ -254,7 +254,7 @@ def test_noscript_reload(redis_client, qs):
     [op] = enqueue_ops(qs, [NewJob(type="t", payload={"a": 1})])
     [result] = run_fresh(redis_client, op)
     assert result.created
-    assert json.loads(redis_client.hget(qs.keys.job(result.job_id), "payload")) == {"a": 1}
+    assert json.loads(read_record(redis_client, qs, result.job_id).get("payload")) == {"a": 1}
     # The script is cached again: the next call goes through EVALSHA.
     [again] = scripts.run(redis_client, enqueue_ops(qs, [NewJob(type="t")])[0])
     assert again.created

@@ -6,7 +6,7 @@ import pytest
 from antre import errors
 from antre.protocol import scripts
 from antre.protocol.fail import fail_op
-from invariants import assert_invariants
+from invariants import assert_invariants, read_record
 from protocol_state import dump, run_fresh, seed_job, server_ms
 
 
@@ -68,4 +68,4 @@ def test_second_fail_with_the_same_token_is_refused(redis_client, qs):
 def test_long_errors_are_truncated(redis_client, qs):
     seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1)
     fail(redis_client, qs, ("a", 1), delay_ms=None, error="x" * 10_000)
-    assert len(redis_client.hget(qs.keys.job("a"), "last_error")) == 4000
+    assert len(read_record(redis_client, qs, "a").get("last_error")) == 4000

@@ -7,7 +7,7 @@ from antre.protocol import scripts
 from antre.protocol.claim import claim_op
 from antre.protocol.release import FREE_RELEASES, release_op
 from antre.protocol.replay import replay_op
-from invariants import assert_invariants
+from invariants import assert_invariants, read_record
 from protocol_state import dump, run_fresh, seed_job
 
 
@@ -49,17 +49,17 @@ def test_after_the_free_releases_a_release_spends_the_attempt(redis_client, qs, 
     for _ in range(FREE_RELEASES + 2):
         [job] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
         assert release(redis_client, qs, [(job.id, job.lease)]) == [True]
-        attempts.append(int(redis_client.hget(qs.keys.job("long"), "attempt")))
+        attempts.append(int(read_record(redis_client, qs, "long").get("attempt")))
     assert attempts == [0] * FREE_RELEASES + [1, 2]
     state = dump(redis_client, qs)
     assert state["dead"] == ["long"] and state["ready"] == []
-    error = redis_client.hget(qs.keys.job("long"), "last_error")
+    error = read_record(redis_client, qs, "long").get("last_error")
     assert f"released {FREE_RELEASES + 2} times without finishing" in error
     assert state["stats"] == {"released": FREE_RELEASES + 1, "dead": 1}
     assert_invariants(redis_client, qs)
     # A replay starts the count again.
     assert scripts.run(redis_client, replay_op(qs, ["long"])) == ["long"]
-    assert redis_client.hget(qs.keys.job("long"), "releases") == "0"
+    assert read_record(redis_client, qs, "long").get("releases") == "0"
 
 
 def test_release_of_a_run_that_cannot_be_stopped_keeps_its_lock(redis_client, qs, ws):
@@ -70,7 +70,7 @@ def test_release_of_a_run_that_cannot_be_stopped_keeps_its_lock(redis_client, qs
     op = release_op(qs, [(job.id, job.lease)], worker_id="w1", reason="shutdown", keep_locks={"a"})
     assert scripts.run(redis_client, op) == [True]
     assert redis_client.get(qs.keys.resource_lock("printer")) == f"a:{job.lease}"
-    assert redis_client.hget(qs.keys.job("a"), "lock_kept") == str(job.lease)
+    assert read_record(redis_client, qs, "a").get("lock_kept") == str(job.lease)
     again = scripts.run(redis_client, claim_op(qs, ws, worker_id="w2", max_jobs=1))
-    assert again.jobs == [] and redis_client.hget(qs.keys.job("a"), "status") == "scheduled"
+    assert again.jobs == [] and read_record(redis_client, qs, "a").get("status") == "scheduled"
     assert_invariants(redis_client, qs)

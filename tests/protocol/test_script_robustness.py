@@ -23,7 +23,7 @@ from antre.protocol.fail import fail_op
 from antre.protocol.reap import reap_op
 from antre.protocol.release import release_op
 from antre.settings import QueueSettings, WorkerSettings
-from invariants import assert_invariants
+from invariants import assert_invariants, read_record
 from protocol_state import dump, seed_job, server_ms
 from redis_servers import running_redis
 
@@ -38,7 +38,7 @@ def test_claim_dead_letters_a_malformed_record_and_leases_the_others(redis_clien
     assert sorted(job.id for job in result.jobs) == ["a", "b", "c"]
     assert sorted(redis_client.zrange(qs.keys.processing, 0, -1)) == ["a", "b", "c"]
     assert redis_client.zrange(qs.keys.dead, 0, -1) == ["bad"]
-    assert "malformed record" in redis_client.hget(qs.keys.job("bad"), "last_error")
+    assert "malformed record" in read_record(redis_client, qs, "bad").get("last_error")
     assert_invariants(redis_client, qs, check_locks=False)
 
 
@@ -141,7 +141,7 @@ def test_claim_dead_letters_a_job_whose_lock_or_key_has_the_wrong_type(redis_cli
     assert sorted(job.id for job in result.jobs) == ["a", "c"]
     assert sorted(redis_client.zrange(qs.keys.processing, 0, -1)) == ["a", "c"]
     assert redis_client.zrange(qs.keys.dead, 0, -1) == ["b"]
-    assert "wrong Redis type" in redis_client.hget(qs.keys.job("b"), "last_error")
+    assert "wrong Redis type" in read_record(redis_client, qs, "b").get("last_error")
 
 
 def test_claim_and_ack_of_thousands_at_once(redis_client, qs, monkeypatch):
@@ -168,7 +168,7 @@ def test_a_kept_lock_is_not_taken_over_by_the_next_attempt_of_the_same_job(redis
                                       worker_id="w1", keep_lock=True))
     assert redis_client.get(qs.keys.resource_lock("res")) == f"a:{job.lease}"
     again = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1))
-    assert again.jobs == [] and redis_client.hget(qs.keys.job("a"), "status") == "scheduled"
+    assert again.jobs == [] and read_record(redis_client, qs, "a").get("status") == "scheduled"
     redis_client.delete(qs.keys.resource_lock("res"))  # as when its TTL runs out
     redis_client.zadd(qs.keys.retry, {"a": 0})  # due now
     [retry] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs

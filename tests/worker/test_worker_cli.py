@@ -23,7 +23,7 @@ from antre.protocol.claim import claim_op
 from antre.protocol.fail import fail_op
 from antre.protocol.release import release_op
 from antre.settings import QueueSettings, WorkerSettings
-from invariants import assert_invariants
+from invariants import assert_invariants, read_record
 from redis_servers import child_env, free_port, wait_until
 
 QS = QueueSettings(name="cli")
@@ -92,7 +92,7 @@ def test_dlq_list_replay_purge(redis_client, redis_url, capsys):
     assert cli(redis_url, "dlq", "list") == 0
     out = capsys.readouterr()
     listed = [line.split()[0] for line in out.out.splitlines()]
-    died_at = [int(redis_client.hget(QS.keys.job(job_id), "died_at")) for job_id in listed]
+    died_at = [int(read_record(redis_client, QS, job_id).get("died_at")) for job_id in listed]
     assert sorted(listed) == sorted(ids) and died_at == sorted(died_at, reverse=True)  # newest first
     assert "bad 0" in out.out and "3 dead job(s) shown" in out.err
     assert cli(redis_url, "dlq", "replay", ids[0]) == 0

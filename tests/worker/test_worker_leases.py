@@ -16,7 +16,7 @@ from antre import AsyncQueue, Queue
 from antre.connection import connect_async
 from antre.handlers import HandlerRegistry
 from antre.settings import QueueSettings
-from invariants import assert_invariants
+from invariants import assert_invariants, read_record, read_records
 from redis_servers import running_redis
 from worker_harness import eventually, running_worker, status_of
 
@@ -55,8 +55,8 @@ async def test_heartbeat_keeps_a_job_longer_than_its_lease(redis_client, aredis,
     # One history entry per attempt; later beats stamp extended_at, which must be late in the run.
     assert "lease_expired" not in events and events.count("extended") == 1
     claimed_at = next(e.at_ms for e in info.history if e.event == "claimed")
-    assert int(redis_client.hget(qs.keys.job(job_id), "extended_at")) >= claimed_at + 3000
-    assert redis_client.hget(qs.keys.job(job_id), "lease") == "1"  # never redelivered
+    assert int(read_record(redis_client, qs, job_id).get("extended_at")) >= claimed_at + 3000
+    assert read_record(redis_client, qs, job_id).get("lease") == "1"  # never redelivered
     assert_invariants(redis_client, qs)
 
 
@@ -172,8 +172,10 @@ async def test_jobs_on_one_resource_never_overlap(redis_client, aredis, qs):
     for (_, end, _), (start, _, _) in itertools.pairwise(same):
         assert start >= end, f"overlap on acct-1: {same}"
     assert queue.stats().counters.get("lock_deferred", 0) >= 1
-    for job_id in redis_client.scan_iter(match=qs.keys.scan_pattern()[:-1] + "job:*"):
-        assert redis_client.hget(job_id, "attempt") == "1"  # waiting spent no attempt
+    job_ids = [key[len(qs.keys.job_prefix):]
+               for key in redis_client.scan_iter(match=qs.keys.scan_pattern()[:-1] + "job:*")]
+    for record in read_records(redis_client, qs, job_ids):
+        assert record["attempt"] == "1"  # waiting spent no attempt
     assert_invariants(redis_client, qs)
 
 

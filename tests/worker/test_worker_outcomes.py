@@ -11,7 +11,7 @@ from antre import Backoff, Permanent, Queue, Retry
 from antre.failures import UNKNOWN_TYPE_GRACE_S
 from antre.handlers import HandlerRegistry
 from antre.jobs import JobInfo
-from invariants import assert_invariants
+from invariants import assert_invariants, read_record
 from worker_harness import eventually, running_worker, status_of
 
 
@@ -95,7 +95,7 @@ async def test_an_undecodable_payload_goes_dead_saying_why(redis_client, aredis,
     async with running_worker(aredis, qs, registry):
         await eventually(lambda: status_of(redis_client, qs, garbled) == "dead")
     assert calls == []
-    error = redis_client.hget(qs.keys.job(garbled), "last_error")
+    error = read_record(redis_client, qs, garbled).get("last_error")
     assert error.startswith("undecodable payload: Expecting property name")
     assert_invariants(redis_client, qs)
 
@@ -110,7 +110,7 @@ async def test_an_unknown_type_is_retried_without_spending_attempts_then_dead(
     queue = Queue(redis_client, settings=qs)
     young = queue.enqueue("new-type", max_attempts=1).job_id
     old = queue.enqueue("gone-type", max_attempts=5).job_id
-    created = int(redis_client.hget(qs.keys.job(old), "created_at"))
+    created = int(read_record(redis_client, qs, old).get("created_at"))
     redis_client.hset(qs.keys.job(old), "created_at", created - int(UNKNOWN_TYPE_GRACE_S * 1000))
     async with running_worker(aredis, qs, registry):
         await eventually(lambda: status_of(redis_client, qs, young) == "retrying")
@@ -178,7 +178,7 @@ async def test_retry_delays_are_jittered_inside_the_ceiling(redis_client, aredis
         pipe = redis_client.pipeline(transaction=True)
         for job_id in ids:
             pipe.zscore(qs.keys.retry, job_id)
-            pipe.hgetall(qs.keys.job(job_id))
+            pipe.hgetall(qs.keys.job(job_id))  # waiting to run: a Hash
         replies = pipe.execute()
         if any(score is None for score in replies[::2]):
             return False
@@ -231,7 +231,7 @@ async def test_checkpointed_steps_are_skipped_on_replay(redis_client, aredis, qs
     assert runs == {"charge": 1, "ship": 1, "email": 1}
     assert queue.get(a).steps == {"charge": {"receipt": 7}, "ship": "shipped"}
     assert queue.get(a).attempt == 2 and queue.get(b).attempt == 2
-    assert json.loads(redis_client.hget(qs.keys.job(b), "step:email")) == 1
+    assert json.loads(read_record(redis_client, qs, b).get("step:email")) == 1
 
 
 async def test_duplicate_by_done_key_is_acked_without_running(redis_client, aredis, qs):

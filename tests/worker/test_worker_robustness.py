@@ -16,7 +16,7 @@ import time
 
 from antre import Backoff, HandlerRegistry, Job, Queue, Retry
 from antre.metrics import WorkerMetrics
-from invariants import assert_invariants
+from invariants import assert_invariants, read_record
 from worker_harness import eventually, running_worker, status_of
 
 
@@ -84,7 +84,7 @@ async def test_a_stale_heartbeat_reply_leaves_the_newer_lease_alone(redis_client
         # The record says processing as soon as the claim script ran; the worker holds the run
         # once it has read the claim's reply.
         await eventually(lambda: worker.in_flight == 1)
-        lease = int(redis_client.hget(qs.keys.job(job_id), "lease"))
+        lease = int(read_record(redis_client, qs, job_id).get("lease"))
         worker.held.lose(job_id, lease - 1)  # the reply about an older lease arrives late
         assert worker.in_flight == 1
         release.set()
@@ -291,7 +291,7 @@ async def test_a_stop_with_a_thread_still_running_keeps_its_lock(redis_client, a
         info = queue.get(job_id)
         assert (info.status, info.history[-1].event) == ("queued", "released")
         assert redis_client.get(qs.keys.resource_lock("acct")) == f"{job_id}:1"
-        assert redis_client.hget(qs.keys.job(job_id), "lock_kept") == "1"
+        assert read_record(redis_client, qs, job_id).get("lock_kept") == "1"
     finally:
         hang.set()
     assert_invariants(redis_client, qs)

@@ -12,6 +12,7 @@ from antre.handlers import HandlerRegistry
 from antre.metrics import WorkerMetrics
 from antre.settings import QueueSettings, WorkerSettings
 from antre.worker import Worker
+from invariants import read_record
 from redis_servers import eventually
 
 __all__ = ["FAST", "eventually", "running_worker", "status_of"]
@@ -36,4 +37,4 @@ async def running_worker(redis: Any, qs: QueueSettings, registry: HandlerRegistr
 
 
 def status_of(redis_client: Any, qs: QueueSettings, job_id: str) -> str | None:
-    return redis_client.hget(qs.keys.job(job_id), "status")
+    return read_record(redis_client, qs, job_id).get("status")

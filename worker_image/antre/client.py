@@ -19,6 +19,7 @@ from antre.protocol.cancel import cancel_op
 from antre.protocol.depth import Depth, depth_op
 from antre.protocol.enqueue import EnqueueCalls, NewJob, encode
 from antre.protocol.purge import purge_op
+from antre.protocol.read_records import records_op
 from antre.protocol.reap import ReapResult, reap_op
 from antre.protocol.replay import replay_op
 from antre.protocol.workers import WorkerEntry, WorkerRegistry, workers_op
@@ -177,7 +178,7 @@ class Queue(_QueueBase):
             self._registered = queue_registry.register(self.redis, self.settings.prefix, self.name)
 
     def get(self, job_id: str) -> JobInfo:
-        return _job_info(job_id, self.redis.hgetall(self.keys.job(job_id)))
+        return _job_info(job_id, self._run(records_op(self.settings, [job_id]))[0])
 
     def stats(self) -> Depth:
         return self._run(depth_op(self.settings))  # type: ignore[no-any-return]
@@ -197,10 +198,8 @@ class Queue(_QueueBase):
         """Dead jobs, newest first. Every record is shown, fields that cannot be decoded as
         they are stored (see :meth:`JobInfo.from_hash`)."""
         ids = self.redis.zrevrange(self.keys.dead, offset, offset + limit - 1)
-        pipe = self.redis.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hgetall(self.keys.job(job_id))
-        return _dead_infos(ids, pipe.execute())
+        return _dead_infos(ids, [record for chunk in _chunks(ids)
+                                 for record in self._run(records_op(self.settings, chunk))])
 
     def dead_count(self) -> int:
         return int(self.redis.zcard(self.keys.dead))
@@ -284,7 +283,7 @@ class AsyncQueue(_QueueBase):
                 self.redis, self.settings.prefix, self.name)
 
     async def get(self, job_id: str) -> JobInfo:
-        return _job_info(job_id, await self.redis.hgetall(self.keys.job(job_id)))
+        return _job_info(job_id, (await self._run(records_op(self.settings, [job_id])))[0])
 
     async def stats(self) -> Depth:
         return await self._run(depth_op(self.settings))  # type: ignore[no-any-return]
@@ -302,10 +301,8 @@ class AsyncQueue(_QueueBase):
 
     async def dead_letters(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
         ids = await self.redis.zrevrange(self.keys.dead, offset, offset + limit - 1)
-        pipe = self.redis.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hgetall(self.keys.job(job_id))
-        return _dead_infos(ids, await pipe.execute())
+        return _dead_infos(ids, [record for chunk in _chunks(ids)
+                                 for record in await self._run(records_op(self.settings, chunk))])
 
     async def dead_count(self) -> int:
         return int(await self.redis.zcard(self.keys.dead))

@@ -8,7 +8,8 @@ on an asyncio client for the API's dashboard, so both show the same numbers from
 
 Read-only and bounded whatever the queue's size: the depth script twice, then one pipeline
 (ZRANGEBYSCORE on the processing and retry sets, ZREVRANGE of the newest dead ids, the running
-jobs), one pipeline of HMGETs for what those name, the resource locks of the running jobs and
+jobs), one pipeline of HMGETs for the live records those name, the dead records not read before
+(through :mod:`antre.protocol.read_records`: they are packed), the resource locks of the running jobs and
 at most :data:`LOCK_SCAN_CALLS` SCAN calls over the lock prefix (which also finds locks no
 running job explains), and the worker registry. :mod:`antre.findings` turns the snapshot into
 findings and text. Key names come from :class:`antre.keys.QueueKeys` through the queue.
@@ -17,7 +18,7 @@ findings and text. Key names come from :class:`antre.keys.QueueKeys` through the
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -28,6 +29,7 @@ from antre.client import AsyncQueue, Queue
 from antre.findings import Snapshot, Thresholds
 from antre.protocol import scripts
 from antre.protocol.depth import Depth, depth_op
+from antre.protocol.read_records import fields_op
 from antre.protocol.scripts import Op
 from antre.protocol.workers import WorkerRegistry, workers_op
 from antre.settings import QueueSettings
@@ -104,13 +106,19 @@ class DeadCache(dict[DeadKey, findings.DeadJob]):
     exactly the jobs it returned, so the cache never outgrows one read."""
 
 
-def _dead_calls(k: Any, pairs: list[tuple[str, float]],
-                known: DeadCache | None) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
-    return [_call("hmget", k.job(job_id), "type", "last_error", "died_at")
-            for job_id, score in pairs if known is None or (job_id, score) not in known]
+def _dead_records(settings: QueueSettings, pairs: list[tuple[str, float]],
+                  known: DeadCache | None) -> Generator[_Step, Any, list[list[str | None]]]:
+    """The type, last error and time of death of the dead jobs of ``pairs`` that ``known``
+    does not hold, read as they are stored (dead records are packed: no HMGET reads them), at
+    most MAX_JOBS_PER_CALL per script call."""
+    unknown = [job_id for job_id, score in pairs if known is None or (job_id, score) not in known]
+    replies: list[list[str | None]] = []
+    for chunk in scripts.chunked(unknown) if unknown else ():
+        replies += yield fields_op(settings, chunk, ("type", "last_error", "died_at"))
+    return replies
 
 
-def _dead_jobs(pairs: list[tuple[str, float]], replies: Any,
+def _dead_jobs(pairs: list[tuple[str, float]], replies: Iterator[list[str | None]],
                known: DeadCache | None) -> list[findings.DeadJob]:
     """The dead jobs of ``pairs`` (newest first): known ones from the cache, the others from
     their HMGET replies, in order; the cache then holds exactly these."""
@@ -132,9 +140,8 @@ def _dead_reads(settings: QueueSettings, limit: int,
                 known: DeadCache | None) -> Generator[_Step, Any, list[findings.DeadJob]]:
     k = settings.keys
     [pairs] = yield _Pipeline((_call("zrevrange", k.dead, 0, limit - 1, withscores=True),))
-    calls = _dead_calls(k, pairs, known)
-    replies = iter((yield _Pipeline(calls)) if calls else ())
-    return _dead_jobs(pairs, replies, known)
+    replies = yield from _dead_records(settings, pairs, known)
+    return _dead_jobs(pairs, iter(replies), known)
 
 
 def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | None,
@@ -160,9 +167,9 @@ def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | N
     calls = [_call("hmget", k.job(job_id), "type", "worker", "attempt") for job_id, _ in expired]
     calls += [_call("hmget", k.job(job_id), "type", "attempt", "last_error")
               for job_id, _ in overdue]
-    calls += _dead_calls(k, dead_pairs, known_dead)
     calls += [_call("hget", k.job(job_id), "resource_key") for job_id in running]
     replies = iter((yield _Pipeline(calls)) if calls else ())
+    dead_replies = yield from _dead_records(settings, dead_pairs, known_dead)
 
     leases = []
     for job_id, deadline in expired:
@@ -176,7 +183,7 @@ def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | N
         retries.append(findings.OverdueRetry(
             job_id=job_id, job_type=job_type or "?", attempt=_int(attempt),
             overdue_s=max(now - due, 0) / 1000, last_error=last_error or ""))
-    dead = _dead_jobs(dead_pairs, replies, known_dead)
+    dead = _dead_jobs(dead_pairs, iter(dead_replies), known_dead)
     # The locks running jobs hold, found through their records, then whatever SCAN added.
     lock_keys = list(dict.fromkeys(
         [k.resource_lock(resource) for resource in (next(replies) for _ in running)

@@ -9,6 +9,8 @@ from typing import Final
 from antre import errors
 from antre.client import Queue
 from antre.commands import EXIT_NOT_FOUND, Command, Unavailable, json_flag, open_queue, print_json
+from antre.protocol import scripts
+from antre.protocol.read_records import fields_op
 
 #: Dead jobs replayed or purged per script call with --all.
 DLQ_BATCH: Final = 1000
@@ -59,10 +61,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _dead_among(queue: Queue, ids: list[str]) -> set[str]:
-    pipe = queue.redis.pipeline(transaction=False)
-    for job_id in ids:
-        pipe.hget(queue.keys.job(job_id), "status")
-    return {job_id for job_id, status in zip(ids, pipe.execute(), strict=True) if status == "dead"}
+    statuses = [values[0] for chunk in scripts.chunked(ids)
+                for values in scripts.run(queue.redis, fields_op(queue.settings, chunk, ["status"]))]
+    return {job_id for job_id, status in zip(ids, statuses, strict=True) if status == "dead"}
 
 
 def _all(queue: Queue, action: str) -> int:

@@ -4,7 +4,8 @@ list or set, one job's full record, a search, the dead letters grouped by error.
 Every count comes from the depth script (:meth:`antre.AsyncQueue.stats`, as for ``antre stats``
 and the API), every finding from :mod:`antre.snapshots` and :mod:`antre.findings` (as for
 ``antre doctor``); this module only reads rows. A window is one range command on the list or
-set (LRANGE, ZRANGE or ZREVRANGE by rank) and one pipeline of HMGETs of the summary fields, so a page costs
+set (LRANGE, ZRANGE or ZREVRANGE by rank) and one read of the summary fields of its records
+(:mod:`antre.protocol.read_records`, which reads live and packed records alike), so a page costs
 the same at a thousand jobs as at a million, and a row never loads a payload.
 """
 
@@ -19,11 +20,13 @@ from typing import Final
 from antre import findings, snapshots
 from antre.client import AsyncQueue
 from antre.jobs import JobInfo
+from antre.protocol import scripts
 from antre.protocol.depth import Depth
+from antre.protocol.read_records import fields_op, records_op
 
 #: Rows per page of a state's list.
 PAGE_SIZE: Final = 50
-#: Largest dead-letter window the grouping reads (one HMGET per job).
+#: Largest dead-letter window the grouping reads (three fields of each record).
 MAX_GROUP_SCAN: Final = 5000
 DEFAULT_GROUP_SCAN: Final = 500
 #: The payload is shown pretty-printed up to this many characters.
@@ -105,10 +108,8 @@ async def read_window(queue: AsyncQueue, state: State, *, page: int, total: int,
         pairs = await redis_client.zrange(key, first, last, withscores=True)
         ids = [member for member, _ in pairs]
         scores = [int(score) for _, score in pairs]
-    pipe = redis_client.pipeline(transaction=False)
-    for job_id in ids:
-        pipe.hmget(k.job(job_id), *_ROW_FIELDS)
-    replies = await pipe.execute() if ids else []
+    replies = (await scripts.run_async(redis_client, fields_op(queue.settings, ids, _ROW_FIELDS))
+               if ids else [])
     rows = [JobRow(job_id=job_id, position=first + i + 1, score_ms=score,
                    fields={name: value for name, value in zip(_ROW_FIELDS, reply, strict=True)
                            if value is not None})
@@ -148,18 +149,19 @@ class JobDetail:
 
 
 async def read_job(queue: AsyncQueue, job_id: str) -> JobDetail | None:
-    """The job's record and where it sits, in two round trips; None when there is no record."""
+    """The job's record and where it sits, in three round trips (the record, its place in the
+    sets, its lock and idempotency key); None when there is no record."""
     if not valid_job_id(job_id):
         return None
     k, redis_client = queue.keys, queue.redis
-    pipe = redis_client.pipeline(transaction=True)  # one consistent view of record and sets
-    pipe.hgetall(k.job(job_id))
+    [record] = await scripts.run_async(redis_client, records_op(queue.settings, [job_id]))
+    if not record:
+        return None
+    pipe = redis_client.pipeline(transaction=True)  # one consistent view of the sets
     pipe.zscore(k.processing, job_id)
     pipe.zscore(k.retry, job_id)
     pipe.time()
-    record, deadline, due, (seconds, micros) = await pipe.execute()
-    if not record:
-        return None
+    deadline, due, (seconds, micros) = await pipe.execute()
     # JobInfo.from_hash never raises for a record with an id (what it cannot decode it keeps
     # as text and names in payload_error); a record without one is shown by its raw fields.
     info = JobInfo.from_hash(record) if "id" in record else None
@@ -226,7 +228,7 @@ async def read_dead_groups(queue: AsyncQueue, depth: Depth, *,
                            scan: int = DEFAULT_GROUP_SCAN,
                            known_dead: snapshots.DeadCache | None = None) -> DeadScan:
     """Groups the newest ``scan`` dead jobs, read by the snapshot reader's own code (one
-    ZREVRANGE, then HMGETs of the ones ``known_dead`` does not hold)."""
+    ZREVRANGE, then the records of the ones ``known_dead`` does not hold)."""
     scan = min(max(scan, 1), MAX_GROUP_SCAN)
     dead = await snapshots.read_dead_jobs_async(queue, limit=scan, known_dead=known_dead)
     snapshot = findings.Snapshot(queue=queue.name, before=depth, after=depth, dead_jobs=dead)

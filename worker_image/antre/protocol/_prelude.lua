@@ -12,13 +12,6 @@ end
 -- O(log N), and the cap bounds how long one call holds Redis.
 local MAX_IDS_PER_CALL = 1000
 
--- HMGET that answers an empty record for a key of the wrong type instead of raising.
-local function read_fields(key, ...)
-  local f = redis.pcall('HMGET', key, ...)
-  if f.err then return {} end
-  return f
-end
-
 -- History is a ring of HISTORY_SLOTS hash fields h:<n % slots> inside the job hash, so
 -- it expires with the job and costs no extra key. Returns the field/value pair to add
 -- to the caller's HSET, which keeps every transition at one write per job.
@@ -38,6 +31,288 @@ local function history_entry(events, event, at, attempt, worker, err)
   return n, 'h:' .. (n % HISTORY_SLOTS), entry
 end
 
+-- A finished (done, cancelled) or dead record is written once and then only read, so it is
+-- packed: one String holding a JSON array instead of a Hash, about half the memory (a Hash pays
+-- for every field name, and a claimed record's fields do not fit in 300 B of Redis):
+--   [type, payload (text), created_at, max_attempts, history, extras]
+-- `history` holds the ring's entries oldest first, each time as hex ms after the entry before
+-- (the first: after created_at); the `enqueued` entry at created_at is left out when it is
+-- entry 1. Status, outcome, attempt,
+-- lease, worker, last_error and the times follow from the last entry (a terminal one);
+-- `extras` (left out when empty) holds what differs from that and the other fields under short
+-- names. The first element, a string, marks this format (a later one would start with its
+-- number). PROTOCOL.md "Packed records" is the reference; readers take both forms.
+local PACKED_NAMES = {idempotency_key = 'i', resource_key = 'r', idempotency_digest = 'd',
+  headers = 'H', lock_kept = 'k', expired_lease = 'x'}
+-- Kept while dead, for a replay (and a late ack); a finished record drops them.
+local DEAD_ONLY = {idempotency_digest = true, headers = true, expired_lease = true}
+-- Where a reader finds a field that the last history entry does not give: extras[key].
+local DERIVED_NAMES = {status = 's', outcome = 'o', attempt = 'a', lease = 'l', worker = 'w',
+  last_error = 'e'}
+-- Held in the array, derived, or of no use once the job has ended (a replay resets the
+-- counters). Any other field is kept as it is, in extras.f.
+local NOT_PACKED = {id = true, schema_version = true, type = true, payload = true,
+  created_at = true, max_attempts = true, events = true, updated_at = true, finished_at = true,
+  died_at = true, queued_at = true, releases = true, lock_deferrals = true}
+local TERMINAL = {acked = {'done', 'succeeded'}, duplicate = {'done', 'duplicate'},
+  cancelled = {'cancelled'}, dead = {'dead'}}
+
+-- The time of a compact entry (ms; in a packed record, ms after the entry before) with the
+-- positions of the '|' before and after it; nil for an entry in the JSON form of older versions
+-- or any other text. Plain finds and few substrings: this runs for every entry of every record
+-- packed or read, inside the ack.
+local function entry_time(entry)
+  local first = string.find(entry, '|', 1, true)
+  if not first or string.byte(entry, 1) == 123 then return nil end
+  local second = string.find(entry, '|', first + 1, true)
+  local text = string.sub(entry, first + 1, (second or 0) - 1)
+  if string.byte(text, 1) == 45 then  -- '-'
+    local magnitude = tonumber(string.sub(text, 2), 16)
+    return magnitude and -magnitude, first, second
+  end
+  return tonumber(text, 16), first, second
+end
+
+-- The entry with its time replaced by `at`.
+local function with_time(entry, at, first, second)
+  local text
+  if at < 0 then text = '-' .. string.format('%x', -at) else text = string.format('%x', at) end
+  return string.sub(entry, 1, first) .. text .. (second and string.sub(entry, second) or '')
+end
+
+-- The worker part of a compact entry ('' or '^' when it names none), or nil.
+local function entry_worker(entry)
+  if string.byte(entry, 1) == 123 then return nil end
+  local position = 0
+  for _ = 1, 3 do
+    position = string.find(entry, '|', position + 1, true)
+    if not position then return nil end
+  end
+  local after = string.find(entry, '|', position + 1, true)
+  return string.sub(entry, position + 1, (after or 0) - 1)
+end
+
+-- What a history (absolute entries, oldest first) says about the record: the last entry gives
+-- status, outcome, attempt, time and (dead) the error; the worker is the last one named.
+local function history_summary(entries)
+  local summary = {}
+  for i = #entries, 1, -1 do
+    local named = entry_worker(entries[i])
+    if named and named ~= '' and named ~= SAME_WORKER then
+      summary.worker = named
+      break
+    end
+  end
+  local last = entries[#entries]
+  local at = last and entry_time(last)
+  if not at then return summary end
+  local p1 = string.find(last, '|', 1, true)
+  local p2 = string.find(last, '|', p1 + 1, true)
+  local p3 = p2 and string.find(last, '|', p2 + 1, true)
+  local p4 = p3 and string.find(last, '|', p3 + 1, true)
+  local event = string.sub(last, 1, p1 - 1)
+  local attempt = p2 and string.sub(last, p2 + 1, (p3 or 0) - 1)
+  local err = p4 and string.sub(last, p4 + 1)
+  local terminal = TERMINAL[event] or {}
+  summary.status, summary.outcome, summary.at = terminal[1], terminal[2], at
+  if attempt and attempt ~= '' then summary.attempt = attempt end
+  if summary.status == 'dead' and err and err ~= '' then summary.last_error = err end
+  return summary
+end
+
+-- A stored integer as a JSON number when that is exact, else as it is stored.
+local function json_integer(text)
+  if type(text) == 'string' and #text <= 14 and string.find(text, '^%d+$') then
+    return tonumber(text)
+  end
+  return text
+end
+
+-- A decoded JSON value as the text a hash field holds; nil for null, false or anything else.
+local function stored_text(value)
+  if type(value) == 'number' then return string.format('%d', value) end
+  if type(value) == 'string' then return value end
+  return nil
+end
+
+local function by_number(a, b) return a[1] < b[1] end
+
+-- What a packed record does with a field it treats by name: its short name in extras, or true
+-- when the array holds it or a reader derives it (any other field goes to extras.f as it is).
+local FIELD_ROLES = {}
+for name in pairs(NOT_PACKED) do FIELD_ROLES[name] = true end
+for name in pairs(DERIVED_NAMES) do FIELD_ROLES[name] = true end
+for name, short in pairs(PACKED_NAMES) do FIELD_ROLES[name] = short end
+
+-- The packed text of a record given as HGETALL's flat field/value list.
+local function pack_record(flat)
+  local r, extras, steps, others = {}, {}, nil, nil
+  local slots, entries = {}, {}
+  for i = 1, #flat, 2 do
+    local name, value = flat[i], flat[i + 1]
+    local role = FIELD_ROLES[name]
+    if role then
+      r[name] = value
+      if role ~= true then extras[role] = value end
+    elseif string.byte(name, 1) == 104 and string.find(name, '^h:%d+$') then
+      slots[#slots + 1] = tonumber(string.sub(name, 3))
+      entries[#entries + 1] = value
+    elseif string.find(name, 'step:', 1, true) == 1 then
+      steps = steps or {}
+      steps[string.sub(name, 6)] = value
+    else
+      others = others or {}
+      others[name] = value
+    end
+  end
+  if r.status ~= 'dead' then
+    for name in pairs(DEAD_ONLY) do extras[PACKED_NAMES[name]] = nil end
+  end
+  -- Entry numbers from the ring slots; a ring that has not wrapped is in order already.
+  local events = tonumber(r.events) or 0
+  local count, ordered = #slots, true
+  for i = 1, count do
+    slots[i] = events - (events - slots[i]) % HISTORY_SLOTS
+    if i > 1 and slots[i] < slots[i - 1] then ordered = false end
+  end
+  if not ordered then
+    local numbered = {}
+    for i = 1, count do numbered[i] = {slots[i], entries[i]} end
+    table.sort(numbered, by_number)
+    for i = 1, count do slots[i], entries[i] = numbered[i][1], numbered[i][2] end
+  end
+  local created = tonumber(r.created_at)
+  local implied = created ~= nil and count == events and count > 0 and slots[1] == 1
+    and entries[1] == 'enqueued|' .. string.format('%x', created) .. '|0'
+  local history, previous = {}, created
+  for i = implied and 2 or 1, count do
+    local entry = entries[i]
+    if created then
+      local at, first, second = entry_time(entry)
+      if at then
+        entry = with_time(entry, at - previous, first, second)
+        previous = at
+      end
+    end
+    history[#history + 1] = entry
+  end
+  if not implied then extras.n = events end
+  local derived = history_summary(entries)
+  derived.lease = r.attempt
+  for name, key in pairs(DERIVED_NAMES) do
+    if r[name] ~= derived[name] then extras[key] = r[name] or false end
+  end
+  extras.S, extras.f = steps, others
+  local packed = {r.type or '', r.payload or cjson.null, json_integer(r.created_at) or cjson.null,
+    json_integer(r.max_attempts) or cjson.null, history}
+  if next(extras) ~= nil then packed[6] = extras end
+  return cjson.encode(packed)
+end
+
+-- The record a packed text holds, as field -> value (the fields its Hash form would have);
+-- nil for text that is not a packed record.
+local function unpack_record(text, id)
+  if type(text) ~= 'string' or string.sub(text, 1, 2) ~= '["' then return nil end
+  local ok, packed = pcall(cjson.decode, text)
+  if not ok or type(packed) ~= 'table' then return nil end
+  local extras = type(packed[6]) == 'table' and packed[6] or {}
+  local history = type(packed[5]) == 'table' and packed[5] or {}
+  local r = {id = id, schema_version = '1', type = stored_text(packed[1]),
+    payload = stored_text(packed[2]), created_at = stored_text(packed[3]),
+    max_attempts = stored_text(packed[4])}
+  if r.type == '' then r.type = nil end
+  local created = tonumber(r.created_at)
+  local events, absolute = tonumber(extras.n), {}
+  if not events then
+    events = #history + 1
+    absolute[1] = 'enqueued|' .. string.format('%x', created or 0) .. '|0'
+  end
+  local previous = created
+  for _, entry in ipairs(history) do
+    entry = stored_text(entry) or ''
+    local offset, first, second = entry_time(entry)
+    if offset and created then
+      previous = previous + offset
+      entry = with_time(entry, previous, first, second)
+    end
+    absolute[#absolute + 1] = entry
+  end
+  for i, entry in ipairs(absolute) do
+    r['h:' .. ((events - #absolute + i) % HISTORY_SLOTS)] = entry
+  end
+  r.events = string.format('%d', events)
+  local summary = history_summary(absolute)
+  for name, key in pairs(DERIVED_NAMES) do
+    if extras[key] == nil then r[name] = summary[name] else r[name] = stored_text(extras[key]) end
+  end
+  if extras.l == nil then r.lease = r.attempt end
+  if summary.at then
+    r.updated_at = string.format('%d', summary.at)
+    if r.status == 'dead' then r.died_at = r.updated_at elseif r.status then r.finished_at = r.updated_at end
+  end
+  for name, key in pairs(PACKED_NAMES) do r[name] = stored_text(extras[key]) end
+  if type(extras.S) == 'table' then
+    for name, value in pairs(extras.S) do r['step:' .. name] = stored_text(value) end
+  end
+  if type(extras.f) == 'table' then
+    for name, value in pairs(extras.f) do r[name] = stored_text(value) end
+  end
+  return r
+end
+
+-- The record at `key` as field -> value, whichever form it has; nil when there is none (or
+-- the key holds something that is not a record). `id` is a packed record's id (its key's tail).
+local function record_table(key, id)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind == 'hash' then
+    local flat, r = redis.call('HGETALL', key), {}
+    for i = 1, #flat, 2 do r[flat[i]] = flat[i + 1] end
+    return r
+  elseif kind == 'string' then
+    return unpack_record(redis.call('GET', key), id)
+  end
+  return nil
+end
+
+-- HMGET of a record in either form; an empty record for a key that holds no record (a foreign
+-- key of the wrong type) instead of raising.
+local function read_fields(key, ...)
+  local f = redis.pcall('HMGET', key, ...)
+  if not f.err then return f end
+  local record = record_table(key)
+  if not record then return {} end
+  local values = {}
+  for i, name in ipairs({...}) do values[i] = record[name] or false end
+  return values
+end
+
+-- Packs the record at `key` (a Hash) in place, kept for ttl_ms (0: no expiry).
+local function pack_in_place(key, ttl_ms)
+  local text = pack_record(redis.call('HGETALL', key))
+  if ttl_ms > 0 then
+    redis.call('SET', key, text, 'PX', ttl_ms)
+  else
+    redis.call('SET', key, text)
+  end
+end
+
+-- Turns a packed record back into its Hash (a dead job replayed, cancelled or late-acked), so
+-- the script goes on with HSET as for any live record. A Hash is left as it is.
+local function unpack_in_place(key, id)
+  if redis.call('TYPE', key)['ok'] ~= 'string' then return end
+  local r = unpack_record(redis.call('GET', key), id)
+  if not r then return end
+  local flat = {}
+  for name, value in pairs(r) do
+    flat[#flat + 1] = name
+    flat[#flat + 1] = value
+  end
+  redis.call('DEL', key)
+  for first = 1, #flat, 1000 do
+    redis.call('HSET', key, unpack(flat, first, math.min(first + 999, #flat)))
+  end
+end
+
 -- Moves a job to the dead letters with its reason; the caller counts it in the stats. `extra`
 -- holds more field/value pairs for the same HSET. The dead letters are a ZSET, so removal by
 -- id is O(log N), scored in microseconds (a sequence breaks ties within one script), so
@@ -49,6 +324,7 @@ local function dead_letter(job_key, dead_key, id, now, events, attempt, worker, 
     'events', n, hfield, hvalue}
   for _, value in ipairs(extra or {}) do fields[#fields + 1] = value end
   redis.call('HSET', job_key, unpack(fields))
+  pack_in_place(job_key, 0)
   local t = redis.call('TIME')
   dead_sequence = dead_sequence + 1
   redis.call('ZADD', dead_key, tonumber(t[1]) * 1000000 + tonumber(t[2]) + dead_sequence, id)
@@ -98,10 +374,11 @@ local function promote_due(ready_key, retry_key, job_prefix, now, limit)
   return n
 end
 
--- A finished (done or cancelled) record is kept for done_ttl_ms, or deleted at once when 0.
+-- A finished (done or cancelled) record is kept packed for done_ttl_ms, or deleted at once
+-- when 0.
 local function keep_finished(job_key, done_ttl_ms)
   if done_ttl_ms > 0 then
-    redis.call('PEXPIRE', job_key, done_ttl_ms)
+    pack_in_place(job_key, done_ttl_ms)
   else
     redis.call('DEL', job_key)
   end

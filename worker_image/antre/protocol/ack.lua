@@ -3,7 +3,8 @@
 -- KEYS[2] -> <prefix>:{Q}:stats         (Hash)
 -- KEYS[3] -> <prefix>:{Q}:queue         (List; an expired lease goes back here)
 -- KEYS[4] -> <prefix>:{Q}:dead_letters  (ZSET; an expired lease of a last attempt)
--- Undeclared keys under the same {Q} tag: job hashes, idempotency keys, resource locks.
+-- Undeclared keys under the same {Q} tag: job records (a Hash while live, packed once done or
+-- dead: see _prelude.lua), idempotency keys, resource locks.
 -- ARGV[1] -> done_ttl_ms (0 keeps no record: only a stub that answers a retried ack)
 -- ARGV[2] -> idempotency_done_ttl_ms (how long a completed key keeps deduplicating)
 -- ARGV[3] -> job key prefix, ARGV[4] -> idempotency key prefix, ARGV[5] -> lock key prefix
@@ -75,7 +76,7 @@ local function settle_done(id, lease, f, note)
     local n, hfield, hvalue = history_entry(f[6], 'acked', now, f[7], SAME_WORKER, note)
     redis.call('HSET', job_key, 'status', 'done', 'outcome', 'succeeded', 'updated_at', now,
       'finished_at', now, 'events', n, hfield, hvalue)
-    redis.call('PEXPIRE', job_key, done_ttl_ms)
+    keep_finished(job_key, done_ttl_ms)
   else
     -- Nothing kept but a stub, so a retried ack (its first reply lost) is answered truthfully.
     redis.call('DEL', job_key)
@@ -113,6 +114,7 @@ end
 for _, record in ipairs(late) do
   local id, lease, f = record[2], record[3], record[4]
   redis.call('ZREM', dead_key, id)
+  unpack_in_place(job_prefix .. id, id)
   settle_done(id, lease, f, LATE)
   done = done + 1
 end

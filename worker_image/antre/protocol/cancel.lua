@@ -3,7 +3,7 @@
 -- KEYS[2] -> <prefix>:{Q}:retry         (ZSET)
 -- KEYS[3] -> <prefix>:{Q}:dead_letters  (ZSET)
 -- KEYS[4] -> <prefix>:{Q}:stats         (Hash)
--- KEYS[5] -> <prefix>:{Q}:job:<id>      (Hash)
+-- KEYS[5] -> <prefix>:{Q}:job:<id>      (Hash; packed once finished or dead)
 -- Undeclared key under the same {Q} tag: the job's idempotency key.
 -- ARGV[1] -> job id, ARGV[2] -> done_ttl_ms, ARGV[3] -> idempotency key prefix
 -- Returns: the status the job had: 'queued', 'scheduled', 'retrying' or 'dead' (now cancelled),
@@ -23,6 +23,7 @@ end
 if status == 'done' or status == 'cancelled' then return status end
 if status == 'dead' then
   redis.call('ZREM', dead_key, id)
+  unpack_in_place(job_key, id)
 elseif status ~= 'queued' then
   redis.call('ZREM', retry_key, id)
 end

@@ -72,7 +72,11 @@ for j = 1, count do
   -- One read answers both: does the id name a job already, and is its key a hash at all.
   local known = redis.pcall('HEXISTS', job_key, 'id')
   if type(known) == 'table' then
-    return invalid(j, 'job key of id ' .. id .. ' holds the wrong Redis type')
+    -- A finished or dead record is packed (a String); any other type is not antre's.
+    if not record_table(job_key, id) then
+      return invalid(j, 'job key of id ' .. id .. ' holds the wrong Redis type')
+    end
+    known = 1
   end
   local step = {job_key = job_key, idem_key = idem_key, known = known == 1}
   if idem_key then

@@ -2,7 +2,8 @@
 -- KEYS[1] -> <prefix>:{Q}:queue         (List)
 -- KEYS[2] -> <prefix>:{Q}:dead_letters  (ZSET, id -> when it died, microseconds)
 -- KEYS[3] -> <prefix>:{Q}:stats         (Hash)
--- Undeclared keys under the same {Q} tag: job hashes.
+-- Undeclared keys under the same {Q} tag: job records (packed while dead; a Hash again once
+-- replayed).
 -- ARGV[1] -> job key prefix
 -- ARGV[2] -> limit: with no ids, replay up to this many of the oldest dead jobs
 -- ARGV[3..] -> job ids to replay (none = the oldest `limit`; at most 1000)
@@ -19,6 +20,7 @@ for _, id in ipairs(ids) do
   local job_key = job_prefix .. id
   local f = read_fields(job_key, 'status', 'events')
   if f[1] == 'dead' then
+    unpack_in_place(job_key, id)
     local n, hfield, hvalue = history_entry(f[2], 'replayed', now, 0, nil, nil)
     redis.call('HSET', job_key, 'status', 'queued', 'attempt', 0, 'lock_deferrals', 0,
       'releases', 0, 'updated_at', now, 'queued_at', now, 'events', n, hfield, hvalue)
