@@ -3,12 +3,14 @@ of tests for parallel runs."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 import run_report
+from antre import logs
 from redis_servers import RedisServer
 
 TESTS = Path(__file__).resolve().parent
@@ -51,6 +53,22 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("Figures measured by the tests")
         for line in _report_lines:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True)
+def logging_as_before() -> Iterator[None]:
+    """Puts logging back after a test that ran a command in-process: `antre ...` configures
+    the root logger with a handler on the sys.stderr of that moment, which pytest closes after
+    the test. Left in place, every later log line fails with a traceback on stderr (a worker's
+    200 'retrying' lines took over 10 s in a loaded run)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    levels = {name: logging.getLogger(name).level for name in logs.PROCESS_LOGGERS}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, value in levels.items():
+        logging.getLogger(name).setLevel(value)
 
 
 @pytest.fixture(scope="session")
