@@ -92,6 +92,33 @@ def test_queue_page_job_page_and_timeline(page: Page, api: Api, queue: Queue,
     expect(page.locator("ol.timeline")).to_contain_text("claimed")
 
 
+def test_a_job_page_follows_its_job_live(page: Page, api: Api, queue: Queue, start_worker: Any,
+                                        redis_client: redis.Redis, tmp_path: Path) -> None:
+    """The job's state, attributes, timeline and actions change without a reload; an action
+    that appears live works (its form gets this session's CSRF token from the page)."""
+    fixed = tmp_path / "fixed"
+    job_id = queue.enqueue("charge", {"fixed": str(fixed)}, max_attempts=1).job_id
+    sign_in(page, api, f"/queues/{QUEUE}/jobs/{job_id}")
+    expect(page.locator("h1 .status")).to_have_text("queued")
+    expect(page.get_by_role("button", name="Cancel")).to_be_visible()
+    page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+    start_worker()
+    expect(page.locator("h1 .status")).to_have_text("dead", timeout=15_000)
+    expect(page.locator("ol.timeline")).to_contain_text("upstream refused the charge")
+    expect(page.get_by_role("button", name="Cancel")).to_be_visible()
+    assert page.evaluate("window.loadedOnce === true"), "the page was reloaded"
+    fixed.write_text("deployed")
+    page.get_by_role("button", name="Replay").click()
+    page.get_by_role("button", name="Replay 1").click()
+    expect(page.get_by_role("status")).to_contain_text("Replayed 1 of 1 job(s)")
+    eventually(lambda: redis_client.hget(queue.keys.job(job_id), "status") == "done",
+               message="the replayed job done")
+    page.goto(api.ui(f"/queues/{QUEUE}/jobs/{job_id}"))
+    expect(page.locator("h1 .status")).to_have_text("done")
+    page.get_by_role("link", name="The whole record as JSON").click()
+    assert f'"id": "{job_id}"' in page.locator("body").inner_text()
+
+
 def test_replay_a_dead_letter_group(page: Page, api: Api, queue: Queue, start_worker: Any,
                                     redis_client: redis.Redis, tmp_path: Path) -> None:
     fixed = tmp_path / "fixed"

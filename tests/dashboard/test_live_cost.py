@@ -2,8 +2,9 @@
 
 Covers: one live tick costs the same Redis commands with one open overview tab as with
 twenty-five; ten tabs on one queue's page add that queue's health read once, as one tab does;
-the same fragments reach every tab of a topic; with every tab closed the sampler stops and the
-dashboard sends Redis nothing; a tick that cannot read Redis keeps the streams open.
+the same fragments reach every tab of a topic; tabs on one job's page cost one read of its
+record per tick, however many; with every tab closed the sampler stops and the dashboard sends
+Redis nothing; a tick that cannot read Redis keeps the streams open.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 from antre import Queue, settings
+from antre.dashboard import live
 from antre.dashboard.live import Subscription
 from antre.dashboard.state import Dashboard, DashboardSettings
 from redis_servers import eventually
@@ -113,3 +115,21 @@ async def test_a_failing_tick_keeps_streams(dashboard: Dashboard, redis_client: 
     await monitor.step()
     assert subscription in monitor.subscriptions and not subscription.closed
     assert monitor.readings.errors[""] == "Redis went away"
+
+
+async def test_tabs_on_one_job_share_its_read(dashboard: Dashboard, redis_client: Any) -> None:
+    monitor = dashboard.monitor
+    job_id = Queue(redis_client, "emails").enqueue("t", {"i": 99}).job_id
+    first = monitor.subscribe(live.job_topic("emails", job_id))
+    await first_frame(first)
+    one_tab = await measured_step(dashboard, redis_client)
+    more = [monitor.subscribe(live.job_topic("emails", job_id)) for _ in range(9)]
+    assert await measured_step(dashboard, redis_client) == one_tab == 6  # as a page load
+    frame = json.loads(first.pending or "{}")["job-live"]
+    assert job_id in frame and "queued" in frame
+    assert 'name="csrf" value=""' in frame  # each tab fills in its own session's token
+    # The record deleted (expired, purged): the page says so at the next tick.
+    redis_client.delete(Queue(redis_client, "emails").keys.job(job_id))
+    await monitor.step()
+    assert "record is gone" in json.loads(first.pending or "{}")["job-live"]
+    assert all(s.pending == first.pending for s in more)

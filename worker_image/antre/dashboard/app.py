@@ -53,6 +53,7 @@ def create_app(redis_client: Any, *, queue_template: settings.QueueSettings,
     router.add_get("/live/overview", pages.live_overview)
     router.add_get("/live/queues/{queue:[^/]+}", pages.live_queue)
     router.add_get("/live/dead/{queue:[^/]+}", pages.live_dead)
+    router.add_get("/live/jobs/{queue:[^/]+}/{job_id:[^/]+}", pages.live_job)
     router.add_get("/static/{name:[A-Za-z0-9._-]+}", static_file)
 
     async def stop_streams(_app: web.Application) -> None:

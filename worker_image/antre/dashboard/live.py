@@ -8,6 +8,9 @@ fragments once and hands the same text to every subscriber of that topic, so ten
 queue cost Redis what one tab costs. With no stream open it stops, and the dashboard sends no
 command at all.
 
+An open job page adds its job's record to the reads (one read per tick for that job, however
+many tabs show it).
+
 The depth samples also feed the charts: the last :data:`HISTORY_POINTS` per queue stay in
 memory (page loads add theirs too), so a page opened later shows the recent trend at once.
 """
@@ -45,6 +48,8 @@ class Readings:
     depths: dict[str, Depth] = field(default_factory=dict)
     history: dict[str, deque[Depth]] = field(default_factory=dict)
     snapshots: dict[str, Snapshot] = field(default_factory=dict)
+    #: The record of each job whose page is open, by ``(queue, job id)`` (None: no record).
+    jobs: dict[tuple[str, str], object] = field(default_factory=dict)
     #: Errors of the last tick by queue ("" for all queues when the scope could not be read).
     errors: dict[str, str] = field(default_factory=dict)
 
@@ -83,17 +88,38 @@ class Subscription:
         self.wake.set()
 
 
+def job_topic(queue: str, job_id: str) -> str:
+    return f"job:{queue}:{job_id}"
+
+
+def depth_shown(topic: str) -> str | None:
+    """The queue whose depth a queue's or its dead letters' page shows; None for the overview
+    (it shows every queue) and for a job's page (it shows none)."""
+    kind, _, rest = topic.partition(":")
+    return rest if kind in ("queue", "dead") else None
+
+
+def topic_job(topic: str) -> tuple[str, str] | None:
+    """``(queue, job id)`` of a job topic, else None. Queue names have no colon."""
+    kind, _, rest = topic.partition(":")
+    queue, _, job_id = rest.partition(":")
+    return (queue, job_id) if kind == "job" and job_id else None
+
+
 class Monitor:
-    """The shared sampler. ``read_depths`` and ``read_snapshot`` do the Redis reads; ``render``
-    turns readings into a topic's fragments. Topics: ``overview`` (every queue's depth),
-    ``queue:<name>`` (its depth and health), ``dead:<name>`` (its depth)."""
+    """The shared sampler. ``read_depths``, ``read_snapshot`` and ``read_job`` do the Redis
+    reads; ``render`` turns readings into a topic's fragments. Topics: ``overview`` (every
+    queue's depth), ``queue:<name>`` (its depth and health), ``dead:<name>`` (its depth),
+    ``job:<queue>:<id>`` (that job's record)."""
 
     def __init__(self, *, read_depths: Callable[[set[str] | None], Awaitable[dict[str, Depth]]],
                  read_snapshot: Callable[[str, Depth | None], Awaitable[Snapshot]],
+                 read_job: Callable[[str, str], Awaitable[object]],
                  render: Renderer, interval_s: float, detail_interval_s: float,
                  max_streams: int) -> None:
         self.read_depths = read_depths
         self.read_snapshot = read_snapshot
+        self.read_job = read_job
         self.render = render
         self.interval_s = interval_s
         self.detail_interval_s = detail_interval_s
@@ -156,7 +182,7 @@ class Monitor:
         topics = self._topics()
         # The overview needs every queue in scope; queue pages only their own.
         wanted = None if "overview" in topics else {
-            topic.split(":", 1)[1] for topic in topics if ":" in topic}
+            queue for queue in map(depth_shown, topics) if queue is not None}
         try:
             for name, depth in (await self.read_depths(wanted)).items():
                 self.readings.record(name, depth)
@@ -178,6 +204,15 @@ class Monitor:
                 self.readings.errors.pop(queue, None)
             except Exception as exc:
                 self.readings.errors[queue] = str(exc) or type(exc).__name__
+        jobs = {job for job in map(topic_job, topics) if job is not None}
+        for job in sorted(jobs):
+            try:
+                self.readings.jobs[job] = await self.read_job(*job)
+                self.readings.errors.pop(job_topic(*job), None)
+            except Exception as exc:
+                self.readings.errors[job_topic(*job)] = str(exc) or type(exc).__name__
+        for gone in set(self.readings.jobs) - jobs:  # no page open on it any more
+            del self.readings.jobs[gone]
         for topic in topics:
             payload = json.dumps(self.render(self.readings, topic), separators=(",", ":"))
             if self._last_sent.get(topic) == payload:

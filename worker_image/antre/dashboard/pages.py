@@ -148,22 +148,9 @@ async def job_page(request: web.Request) -> web.StreamResponse:
         raise PageError(404, "No such job", "No record with that id in this queue: it never "
                         "existed, or it finished and its record expired.",
                         back=dashboard.url(f"/queues/{queue.name}"))
-    actions = [] if dashboard.settings.read_only else _job_actions(job)
-    return await _page(dashboard, request, "job.html", queue=queue.name, job=job, info=job.info,
-                       actions=actions, back=request.path)
-
-
-def _job_actions(job: reading.JobDetail) -> list[dict[str, str]]:
-    """The actions that make sense in the job's state."""
-    status = job.info.status if job.info is not None else job.attributes.get("status")
-    actions = []
-    if status == JobStatus.DEAD:
-        actions.append({"action": "replay", "label": "Replay", "style": ""})
-    if status in (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.RETRYING, JobStatus.DEAD):
-        actions.append({"action": "cancel", "label": "Cancel", "style": "danger"})
-    if status == JobStatus.DEAD:
-        actions.append({"action": "purge", "label": "Delete", "style": "danger"})
-    return actions
+    return await _page(dashboard, request, "job.html",
+                       live=dashboard.url(f"/live/jobs/{queue.name}/{job.job_id}"),
+                       **dashboard.job_context(queue.name, job.job_id, job))
 
 
 async def job_record(request: web.Request) -> web.StreamResponse:
@@ -228,6 +215,14 @@ async def live_overview(request: web.Request) -> web.StreamResponse:
 async def live_queue(request: web.Request) -> web.StreamResponse:
     name = dashboard_of(request).queue(request.match_info["queue"]).name
     return await _stream(request, f"queue:{name}")
+
+
+async def live_job(request: web.Request) -> web.StreamResponse:
+    name = dashboard_of(request).queue(request.match_info["queue"]).name
+    job_id = request.match_info["job_id"]
+    if not reading.valid_job_id(job_id):
+        raise PageError(404, "No such job", "That is not a job id.")
+    return await _stream(request, live.job_topic(name, job_id))
 
 
 async def live_dead(request: web.Request) -> web.StreamResponse:

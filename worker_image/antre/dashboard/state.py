@@ -22,9 +22,10 @@ from aiohttp import web
 
 from antre import __version__, errors, fields, keys, queue_registry, settings, snapshots
 from antre.client import AsyncQueue
-from antre.dashboard import live, sessions, views
+from antre.dashboard import live, reading, sessions, views
 from antre.fields import setting
 from antre.findings import Snapshot, Thresholds
+from antre.jobs import JobStatus
 from antre.protocol.depth import Depth
 
 #: Where ``antre api`` mounts the dashboard.
@@ -119,7 +120,7 @@ class Dashboard:
                                       prefix=queue_template.prefix)
         self.monitor = live.Monitor(
             read_depths=self.read_depths, read_snapshot=self.read_snapshot,
-            render=self.render_topic, interval_s=dashboard_settings.live_interval_s,
+            read_job=self.read_job, render=self.render_topic, interval_s=dashboard_settings.live_interval_s,
             detail_interval_s=max(dashboard_settings.detail_interval_s,
                                   dashboard_settings.live_interval_s),
             max_streams=dashboard_settings.max_streams)
@@ -184,6 +185,18 @@ class Dashboard:
         return await snapshots.read_snapshot_async(self.queue(name), thresholds=self.thresholds,
                                                    before=before, known_dead=self.health_dead[name])
 
+    async def read_job(self, name: str, job_id: str) -> reading.JobDetail | None:
+        return await reading.read_job(self.queue(name), job_id)
+
+    def job_context(self, name: str, job_id: str,
+                    job: reading.JobDetail | None) -> dict[str, Any]:
+        """What the live part of a job's page shows (fragments/job.html), besides ``csrf`` and
+        ``read_only``, which every page has."""
+        return {"queue": name, "job_id": job_id, "job": job,
+                "info": job.info if job is not None else None,
+                "actions": [] if self.settings.read_only or job is None else job_actions(job),
+                "back": self.url(f"/queues/{name}/jobs/{job_id}")}
+
     def summary(self, name: str) -> views.QueueSummary:
         readings = self.monitor.readings
         return views.summarize(name, list(readings.history.get(name, ())),
@@ -199,6 +212,15 @@ class Dashboard:
         if topic == "overview":
             return {"queues": self.render("fragments/queues.html",
                                           summaries=[self.summary(n) for n in self.queues])}
+        job = live.topic_job(topic)
+        if job is not None:
+            if topic in readings.errors:  # keep what the page shows; the footer says why
+                return {}
+            detail = readings.jobs.get(job)
+            return {"job-live": self.render(
+                "fragments/job.html", csrf="", read_only=self.settings.read_only,
+                **self.job_context(*job, detail if isinstance(detail, reading.JobDetail)
+                                   else None))}
         name = topic.split(":", 1)[1]
         fragments = {"depth": self.render("fragments/depth.html", summary=self.summary(name))}
         if topic.startswith("queue:"):
@@ -206,6 +228,19 @@ class Dashboard:
                                               health=self.health(name),
                                               health_error=readings.errors.get(name))
         return fragments
+
+
+def job_actions(job: reading.JobDetail) -> list[dict[str, str]]:
+    """The actions that make sense in the job's state."""
+    status = job.info.status if job.info is not None else job.attributes.get("status")
+    actions = []
+    if status == JobStatus.DEAD:
+        actions.append({"action": "replay", "label": "Replay", "style": ""})
+    if status in (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.RETRYING, JobStatus.DEAD):
+        actions.append({"action": "cancel", "label": "Cancel", "style": "danger"})
+    if status == JobStatus.DEAD:
+        actions.append({"action": "purge", "label": "Delete", "style": "danger"})
+    return actions
 
 
 DASHBOARD: Final = web.AppKey("antre_dashboard", Dashboard)

@@ -10,11 +10,19 @@
   };
   if (main && window.EventSource) {
     const source = new EventSource(main.dataset.live);
+    const csrf = document.querySelector("meta[name=antre-csrf]");
     source.addEventListener("update", (event) => {
       const fragments = JSON.parse(event.data);
       for (const [id, html] of Object.entries(fragments)) {
         const target = document.getElementById(id);
-        if (target) target.innerHTML = html;
+        // A fragment the reader is in (a focused link or button) waits for a later frame:
+        // replacing it would throw the keyboard focus back to the top of the page.
+        if (!target || target.contains(document.activeElement)) continue;
+        target.innerHTML = html;
+        // One frame serves every tab, so its forms come without this session's CSRF token.
+        for (const input of target.querySelectorAll("input[name=csrf]")) {
+          if (!input.value && csrf) input.value = csrf.content;
+        }
       }
       show("live · " + new Date().toLocaleTimeString(), "live");
     });
