@@ -111,7 +111,7 @@ def test_a_job_page_follows_its_job_live(page: Page, api: Api, queue: Queue, sta
     page.get_by_role("button", name="Replay").click()
     page.get_by_role("button", name="Replay 1").click()
     expect(page.get_by_role("status")).to_contain_text("Replayed 1 of 1 job(s)")
-    eventually(lambda: redis_client.hget(queue.keys.job(job_id), "status") == "done",
+    eventually(lambda: queue.get(job_id).status == "done",
                message="the replayed job done")
     page.goto(api.ui(f"/queues/{QUEUE}/jobs/{job_id}"))
     expect(page.locator("h1 .status")).to_have_text("done")
