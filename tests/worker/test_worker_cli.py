@@ -264,9 +264,10 @@ def test_every_option_has_help_and_shows_its_default():
     assert missing == []
 
 
-#: What only ``antre api`` and the diagnosis commands use; a worker starting must not import it.
+#: What only ``antre api``, the diagnosis commands and a worker serving /metrics use; a worker
+#: starting without --metrics-port must not import it.
 NOT_FOR_THE_WORKER = ("aiohttp.web", "jinja2", "antre.api", "antre.dashboard", "antre.findings",
-                      "antre.snapshots")
+                      "antre.snapshots", "prometheus_client", "antre.metrics")
 
 
 def _modules_after(command: str) -> list[str]:
@@ -286,13 +287,13 @@ def test_each_command_imports_only_what_it_uses():
     assert "antre.findings" in heavy(_modules_after("doctor"))
 
 
-def test_a_running_worker_without_a_metrics_port_never_imports_the_http_server(
+def test_a_running_worker_without_a_metrics_port_imports_neither_http_server_nor_prometheus(
         redis_client, redis_url, tmp_path):
     """The handler reports what the worker process has imported by the time it runs a job."""
     (tmp_path / "probe_jobs.py").write_text(
         "import sys\nimport antre\n\n@antre.handler('probe')\nasync def probe(job):\n"
         "    heavy = sorted(m for m in sys.modules if m.startswith(('aiohttp.web', 'jinja2',"
-        " 'antre.api', 'antre.dashboard')))\n"
+        " 'antre.api', 'antre.dashboard', 'prometheus_client', 'antre.metrics')))\n"
         "    raise antre.Permanent('loaded: ' + ','.join(heavy))\n")
     queue = Queue(redis_client, settings=QS)
     job_id = queue.enqueue("probe").job_id

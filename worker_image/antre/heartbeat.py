@@ -10,15 +10,17 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from antre.errors import NotReplicated
 from antre.handler_threads import HandlerThreads
 from antre.held_runs import HeldRuns
-from antre.metrics import WorkerMetrics
 from antre.protocol import scripts
 from antre.protocol.extend_lease import ExtendResult, extend_lease_ops, merged
 from antre.settings import QueueSettings, WorkerSettings
+
+if TYPE_CHECKING:  # only a worker serving metrics imports prometheus_client
+    from antre.metrics import WorkerMetrics
 
 log = logging.getLogger("antre.heartbeat")
 

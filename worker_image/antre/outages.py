@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from antre import errors
 from antre.backoff import Backoff
-from antre.metrics import WorkerMetrics
 from antre.protocol import scripts
+
+if TYPE_CHECKING:  # only a worker serving metrics imports prometheus_client
+    from antre.metrics import WorkerMetrics
 
 log = logging.getLogger("antre.worker")
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from antre import logs
-from antre.metrics import WorkerMetrics
 from antre.runs import Run
+
+if TYPE_CHECKING:  # only a worker serving metrics imports prometheus_client
+    from antre.metrics import WorkerMetrics
 
 #: Lifecycle event names of the outcomes whose name differs.
 _EVENTS = {"succeeded": "acked", "retried": "retrying"}

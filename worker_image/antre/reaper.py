@@ -11,12 +11,14 @@ import asyncio
 import logging
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from antre.metrics import WorkerMetrics
 from antre.protocol import scripts
 from antre.protocol.reap import ReapResult, reap_op
 from antre.settings import QueueSettings
+
+if TYPE_CHECKING:  # only a worker serving metrics imports prometheus_client
+    from antre.metrics import WorkerMetrics
 
 log = logging.getLogger("antre.reaper")
 

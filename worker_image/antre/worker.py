@@ -18,7 +18,7 @@ import os
 import secrets
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from antre import failures, idle_wait, logs, queue_registry, redis_checks, tracing
 from antre.ack_batcher import AckBatcher
@@ -29,7 +29,6 @@ from antre.handlers import Handler, HandlerRegistry
 from antre.heartbeat import Heartbeat
 from antre.held_runs import HeldRuns
 from antre.jobs import ClaimedJob, Job
-from antre.metrics import WorkerMetrics
 from antre.outages import Outages
 from antre.outcomes import Outcomes
 from antre.protocol import scripts
@@ -39,6 +38,9 @@ from antre.reaper import Reaper
 from antre.runs import Run
 from antre.settings import QueueSettings, WorkerSettings
 from antre.settling import Settler
+
+if TYPE_CHECKING:  # only a worker serving metrics imports prometheus_client
+    from antre.metrics import WorkerMetrics
 
 log = logging.getLogger("antre.worker")
 

@@ -66,19 +66,22 @@ def run(args: argparse.Namespace) -> int:
 
 async def _serve(url: str, queue_settings: settings.QueueSettings,
                  worker_settings: settings.WorkerSettings) -> int:
-    from antre.client import AsyncQueue
-    from antre.depth_metrics import DepthCollector
-    from antre.metrics import WorkerMetrics
     from antre.worker import Worker
-    metrics = WorkerMetrics(queue_settings.name)
+    # Only a worker serving /metrics counts for Prometheus: prometheus-client and the HTTP server
+    # (aiohttp) are most of what a worker would import beyond redis-py and its own modules.
+    metrics = None
+    if worker_settings.metrics_port is not None:
+        from antre.metrics import WorkerMetrics
+        metrics = WorkerMetrics(queue_settings.name)
     worker = Worker(connection.connect_async(url), queue_settings, worker_settings,
                     handlers.default_registry, metrics=metrics)
-    depth = DepthCollector()  # queue depth, oldest age, live workers, lock contention
-    server, depth_reads = None, None
+    depth, server, depth_reads = None, None, None
     try:
-        if worker_settings.metrics_port is not None:
-            # Only here: the HTTP server (aiohttp) is most of a worker's start-up imports.
+        if metrics is not None and worker_settings.metrics_port is not None:
+            from antre.client import AsyncQueue
+            from antre.depth_metrics import DepthCollector
             from antre.metrics_server import serve_metrics
+            depth = DepthCollector()  # queue depth, oldest age, live workers, lock contention
             try:
                 server = await serve_metrics(metrics.registry, port=worker_settings.metrics_port,
                                              health=worker.health)
@@ -93,7 +96,8 @@ async def _serve(url: str, queue_settings: settings.QueueSettings,
             loop.add_signal_handler(sig, _stop, worker, sig, worker_settings.grace_period_s)
         await worker.run()
     finally:
-        depth.stop()
+        if depth is not None:
+            depth.stop()
         if depth_reads is not None:
             await asyncio.gather(depth_reads, return_exceptions=True)
         if server is not None:
