@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 from antre import Queue
@@ -282,7 +283,11 @@ def _modules_after(command: str) -> list[str]:
 def test_each_command_imports_only_what_it_uses():
     def heavy(modules: list[str]) -> list[str]:
         return [m for m in modules if m.startswith(NOT_FOR_THE_WORKER)]
-    assert heavy(_modules_after("worker")) == []
+    worker_modules = _modules_after("worker")
+    assert heavy(worker_modules) == []
+    # Not even the other commands' modules.
+    assert [m for m in worker_modules if m.startswith("antre.commands.")] == [
+        "antre.commands.worker"]
     assert "aiohttp.web" in heavy(_modules_after("api"))  # ...which the api command does import
     assert "antre.findings" in heavy(_modules_after("doctor"))
 
@@ -307,3 +312,15 @@ def test_a_running_worker_without_a_metrics_port_imports_neither_http_server_nor
         proc.terminate()
         proc.wait(timeout=20)
     assert queue.get(job_id).last_error == "Permanent: loaded: "
+
+
+def test_the_command_table_names_each_command_of_its_module():
+    from antre import cli, commands
+
+    for name, module in cli.MODULES:
+        command = cli.load_command(name)
+        assert isinstance(command, commands.Command) and command.name == name
+        assert command.run.__module__ == f"antre.commands.{module}"
+    assert len(dict(cli.MODULES)) == len(cli.MODULES)  # no name twice
+    command_modules = {path.stem for path in Path(commands.__file__).parent.glob("*.py")}
+    assert command_modules - {"__init__"} == {module for _, module in cli.MODULES}

@@ -1,7 +1,9 @@
 """The ``antre`` command line: the parser built from the commands, and errors as exit codes.
 
 Each command lives in its own module under :mod:`antre.commands`; this module lists them and is
-the only one that knows them all. User errors (bad arguments, Redis unreachable, unknown job, a
+the only one that knows them all. A command line naming one command imports that command's
+module only (a worker's start pays for no other command); ``antre --help`` imports them all.
+User errors (bad arguments, Redis unreachable, unknown job, a
 port in use) print one line to stderr and exit non-zero; no tracebacks.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -23,37 +26,41 @@ from antre.commands import (
     EXIT_USAGE,
     Command,
     Unavailable,
-    api,
-    cancel,
     check_redis_args,
-    demo,
-    dlq,
-    enqueue,
-    inspect_doctor_top,
-    job,
-    reaper,
     redis_args,
-    stats,
-    worker,
 )
 
-#: In the order ``antre --help`` lists them.
-COMMANDS: Final[tuple[Command, ...]] = (
-    worker.COMMAND, reaper.COMMAND, enqueue.COMMAND, stats.COMMAND, job.COMMAND, dlq.COMMAND,
-    cancel.COMMAND, api.COMMAND, inspect_doctor_top.INSPECT, inspect_doctor_top.DOCTOR,
-    inspect_doctor_top.TOP, demo.COMMAND,
+#: Every command, in the order ``antre --help`` lists them, and its module in antre.commands.
+MODULES: Final = (
+    ("worker", "worker"), ("reaper", "reaper"), ("enqueue", "enqueue"), ("stats", "stats"),
+    ("job", "job"), ("dlq", "dlq"), ("cancel", "cancel"), ("api", "api"),
+    ("inspect", "inspect_doctor_top"), ("doctor", "inspect_doctor_top"),
+    ("top", "inspect_doctor_top"), ("demo", "demo"),
 )
+
+
+def load_command(name: str) -> Command:
+    """The :class:`Command` called ``name``, from its module (imported now)."""
+    module = importlib.import_module(f"antre.commands.{dict(MODULES)[name]}")
+    return next(value for value in vars(module).values()
+                if isinstance(value, Command) and value.name == name)
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The full parser; given the command line, only the command it names gets its options
-    (some import what only that command uses, such as the HTTP server for ``api``)."""
+    """The full parser; given a command line naming a command, only that command is imported
+    and gets its options (some import what only that command uses, such as the HTTP server for
+    ``api``); the others are listed by name."""
     chosen = _command_named(argv) if argv is not None else None
+    known = chosen in dict(MODULES)
     parser = argparse.ArgumentParser(prog="antre", description="antre: a reliable Redis job queue")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
-        command_parser = sub.add_parser(command.name, help=command.help, description=command.help)
-        if argv is None or command.name == chosen:
+    for name, _ in MODULES:
+        if known and name != chosen:
+            sub.add_parser(name)
+            continue
+        command = load_command(name)
+        command_parser = sub.add_parser(name, help=command.help, description=command.help)
+        if argv is None or name == chosen:
             if command.redis_args:
                 redis_args(command_parser)
             command.configure(command_parser)
@@ -62,8 +69,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 def _command_named(argv: Sequence[str]) -> str | None:
     """The sub-command: the first argument that is not an option (the top level has no options
-    that take a value)."""
-    return next((arg for arg in argv if not arg.startswith("-")), None)
+    that take a value); None when the top level's --help comes first (it lists them all)."""
+    for arg in argv:
+        if arg in ("-h", "--help"):
+            return None
+        if not arg.startswith("-"):
+            return arg
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"antre: {exc}", file=sys.stderr)
         return EXIT_USAGE
     args = parser.parse_args(argv)
-    command = next(c for c in COMMANDS if c.name == args.command)
+    command = load_command(args.command)
     prefix = f"antre {command.name}:"
     try:
         if command.redis_args:
