@@ -83,10 +83,10 @@ class WorkerSettings:
         help="jobs one worker process runs at once")
     prefetch: int | None = setting(
         None, env="ANTRE_PREFETCH", flag="--prefetch", minimum=0, maximum=10_000,
-        help="jobs leased ahead of free slots, each started the moment a slot frees (leased and "
-             "renewed like running jobs: the visibility timeout holds; a stop gives them back "
-             "unstarted); none: a quarter of the concurrency, at least 1; 0: claim only for "
-             "free slots")
+        help="most jobs leased ahead of free slots, each started the moment a slot frees "
+             "(leased and renewed like running jobs; a stop gives them back unstarted); the "
+             "worker holds what finishes during two claim round trips, at least 1, at most "
+             "this; none: the concurrency; 0: claim only for free slots")
     visibility_timeout_s: float = setting(
         30.0, env="ANTRE_VISIBILITY_TIMEOUT", flag="--visibility-timeout", minimum=1,
         help="lease length in seconds: a job whose worker stops heartbeating is requeued this "
@@ -127,8 +127,8 @@ class WorkerSettings:
 
     @property
     def prefetch_jobs(self) -> int:
-        """Jobs claimed beyond the free slots (``prefetch``, or its default)."""
-        return max(self.concurrency // 4, 1) if self.prefetch is None else self.prefetch
+        """The most jobs claimed beyond the free slots (``prefetch``, or its default)."""
+        return self.concurrency if self.prefetch is None else self.prefetch
 
     @property
     def heartbeat_interval_s(self) -> float:

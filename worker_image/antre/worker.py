@@ -31,6 +31,7 @@ from antre.held_runs import HeldRuns
 from antre.jobs import ClaimedJob, Job
 from antre.outages import Outages
 from antre.outcomes import Outcomes
+from antre.prefetch import PrefetchSizer
 from antre.protocol import scripts
 from antre.protocol.checkpoint import checkpoint_op
 from antre.protocol.claim import ClaimResult, claim_op
@@ -84,6 +85,7 @@ class Worker:
         self._running = 0
         #: Runs claimed ahead of a free slot (prefetch), leased and renewed, in claim order.
         self._waiting: collections.deque[Run] = collections.deque()
+        self.prefetch = PrefetchSizer(settings.prefetch_jobs)
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._idle_wait: asyncio.Task[Any] | None = None
@@ -241,7 +243,7 @@ class Worker:
     def _wanted(self) -> int:
         """Jobs to claim now: the free slots, plus room in the prefetch buffer."""
         busy = self._running + self.threads.overdue
-        return self.settings.concurrency + self.settings.prefetch_jobs - busy - len(self._waiting)
+        return self.settings.concurrency + self.prefetch.size(time.monotonic()) - busy - len(self._waiting)
 
     async def _claim_loop(self) -> None:
         outages = 0
@@ -259,6 +261,7 @@ class Worker:
                 claim_ns, claim_sent_at = time.time_ns(), time.monotonic()
                 if wait_s is None:
                     result = await scripts.run_async(self.redis, op)
+                    self.prefetch.claimed(time.monotonic() - claim_sent_at)
                 elif idle_wait.supported(self.redis, op):
                     result = await self._idle.claim_when_ready(self.queue.keys.ready, op, wait_s)
                 else:
@@ -361,6 +364,7 @@ class Worker:
                 failure = Failure(f"internal error: {type(exc).__name__}: {exc}")
         finally:
             self._running -= 1
+            self.prefetch.finished(time.monotonic())
             self._on_slot_freed()
         if run.lost or run.released:
             return

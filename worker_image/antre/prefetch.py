@@ -1,0 +1,49 @@
+"""How many jobs a worker claims ahead of its free slots: enough to keep every slot busy while
+its next claim is on the wire, and no more.
+
+A prefetched job waits in one worker while another may be idle, so the buffer is sized from
+what the worker measures: jobs finishing per second times the claim's round trip, twice over
+(the claim is sent when a slot frees and its jobs arrive one round trip later), bounded by the
+``prefetch`` setting. Short jobs on a slow network get a deep buffer; jobs of a minute get one
+job (or none with ``prefetch 0``), so a busy worker never sits on work an idle one could run.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+
+#: Weight of the newest round trip in its moving average (about the last 10 count).
+SMOOTHING = 0.1
+#: Completions the rate is measured over; fewer than MIN_COMPLETIONS measured: one job.
+WINDOW = 32
+MIN_COMPLETIONS = 8
+
+
+class PrefetchSizer:
+    def __init__(self, limit: int) -> None:
+        #: The most jobs ever held unstarted (the ``prefetch`` setting).
+        self.limit = limit
+        self._rtt_s: float | None = None
+        self._done: collections.deque[float] = collections.deque(maxlen=WINDOW)
+
+    def claimed(self, rtt_s: float) -> None:
+        """A claim (not waiting for jobs) took ``rtt_s`` from send to reply."""
+        self._rtt_s = rtt_s if self._rtt_s is None else self._rtt_s + SMOOTHING * (
+            rtt_s - self._rtt_s)
+
+    def finished(self, now: float) -> None:
+        """A run ended at ``now`` (monotonic seconds)."""
+        self._done.append(now)
+
+    def size(self, now: float) -> int:
+        """Jobs to hold unstarted at ``now``: at least one while any prefetch is allowed."""
+        if self.limit <= 0:
+            return 0
+        if self._rtt_s is None or len(self._done) < MIN_COMPLETIONS:
+            return 1
+        # Mean time between completions over the window (jobs often end in bursts), or the
+        # time since the last one when the work has slowed down since.
+        gap_s = max((self._done[-1] - self._done[0]) / (len(self._done) - 1),
+                    now - self._done[-1], 1e-6)
+        return max(1, min(self.limit, math.ceil(2 * self._rtt_s / gap_s)))
