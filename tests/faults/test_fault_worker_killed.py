@@ -78,7 +78,8 @@ def test_killed_worker_with_many_jobs_in_flight_loses_none(
         else:
             assert info.attempt == 1
         assert runs(fault_client, job_id) <= info.attempt
-    # Its 4 slots plus what it prefetched (at most the concurrency, by default).
-    assert 1 <= lost <= 8, "worker a held up to concurrency + prefetch leases when it died"
+    # Its 4 slots, what it prefetched (at most the concurrency, by default) and finished runs
+    # whose ack was still on its way.
+    assert 1 <= lost <= 12, "worker a held a bounded number of leases when it died"
     assert b.alive()
     check_invariants(fault_client, queue_settings)
