@@ -35,7 +35,8 @@ def _children_cpu_s() -> float:
     return usage.children_user + usage.children_system
 
 
-def first_job(adapter: h.Adapter, url: str, *, timeout_s: float = 60.0) -> tuple[float, float]:
+def first_job(adapter: h.Adapter, url: str, *, timeout_s: float = 60.0,
+              extra_args: tuple[str, ...] = ()) -> tuple[float, float]:
     """Seconds from the worker's spawn to its first job done, and the CPU seconds it used."""
     h.client(url).flushall()
     adapter.enqueue("noop", 1, bulk=False)
@@ -44,7 +45,7 @@ def first_job(adapter: h.Adapter, url: str, *, timeout_s: float = 60.0) -> tuple
     try:
         group = h.Workers(h.child_env(url, records.dir), records.dir)
         start = time.perf_counter()
-        group.start(adapter.worker_commands(1)[0])
+        group.start([*adapter.worker_commands(1)[0], *extra_args])
         try:
             while records.done() < 1:
                 if time.perf_counter() - start > timeout_s or not group.alive():
@@ -73,6 +74,8 @@ FLOOR: Final = (
      ["-c", "import sys, runpy; sys.modules['opentelemetry'] = None; "
             "sys.argv = ['antre', 'worker', '--help']; runpy.run_module('antre', run_name='__main__')"]),
     ("import huey.consumer (huey's worker)", ["-c", "import huey.consumer"]),
+    ("import the metrics server (antre worker --metrics-port)",
+     ["-c", "import antre.metrics_server, antre.metrics, antre.depth_metrics"]),
 )
 
 
@@ -98,6 +101,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=",".join(LIBRARIES))
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--metrics", action="store_true",
+                        help="antre's worker serves /metrics on a free port, as the operator "
+                             "renders it (--metrics-port 0)")
     parser.add_argument("--floor", action="store_true",
                         help="only time the interpreter's start and the imports (no Redis, no job)")
     args = parser.parse_args()
@@ -111,7 +117,8 @@ def main() -> None:
     try:
         for _ in range(args.runs):
             for name, adapter in adapters.items():
-                wall, cpu = first_job(adapter, server.url)
+                extra = ("--metrics-port", "0") if args.metrics and name == "antre" else ()
+                wall, cpu = first_job(adapter, server.url, extra_args=extra)
                 walls[name].add(wall)
                 cpus[name].add(cpu)
     finally:

@@ -8,6 +8,7 @@ handler, which also answers OpenMetrics and gzip when a scraper asks. The worker
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,9 +28,11 @@ class MetricsServer:
 
 
 async def serve_metrics(registry: CollectorRegistry, *, port: int, host: str = "0.0.0.0",
-                        health: Callable[[], tuple[bool, str]] | None = None) -> MetricsServer:
+                        health: Callable[[], tuple[bool, str]] | None = None,
+                        listener: socket.socket | None = None) -> MetricsServer:
     """Starts serving on the running event loop; ``cleanup()`` stops it. ``health`` answers
-    /healthz: whether the process is healthy (200, else 503) and a line saying why."""
+    /healthz: whether the process is healthy (200, else 503) and a line saying why.
+    ``listener``: a socket already bound and listening, served instead of host and port."""
     app = web.Application()
     app.router.add_get("/metrics", make_aiohttp_handler(registry))
     if health is not None:
@@ -42,7 +45,8 @@ async def serve_metrics(registry: CollectorRegistry, *, port: int, host: str = "
         app.router.add_get("/healthz", healthz)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site: web.BaseSite = (web.SockSite(runner, listener) if listener is not None
+                          else web.TCPSite(runner, host, port))
     try:
         await site.start()
     except BaseException:

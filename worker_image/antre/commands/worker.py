@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from typing import Any, Final
@@ -75,35 +77,74 @@ async def _serve(url: str, queue_settings: settings.QueueSettings,
         metrics = WorkerMetrics(queue_settings.name)
     worker = Worker(connection.connect_async(url), queue_settings, worker_settings,
                     handlers.default_registry, metrics=metrics)
-    depth, server, depth_reads = None, None, None
+    endpoint = None
     try:
         if metrics is not None and worker_settings.metrics_port is not None:
-            from antre.client import AsyncQueue
-            from antre.depth_metrics import DepthCollector
-            from antre.metrics_server import serve_metrics
-            depth = DepthCollector()  # queue depth, oldest age, live workers, lock contention
-            try:
-                server = await serve_metrics(metrics.registry, port=worker_settings.metrics_port,
-                                             health=worker.health)
+            try:  # bound now: a port in use stops the worker before it claims anything
+                listener = socket.create_server(("0.0.0.0", worker_settings.metrics_port))
             except OSError as exc:
                 raise listen_error("--metrics-port", "0.0.0.0", worker_settings.metrics_port,
                                    exc) from None
-            metrics.registry.register(depth)
-            depth_reads = asyncio.create_task(depth.refresh_loop(
-                [AsyncQueue(worker.redis, settings=queue_settings)]))
+            endpoint = _MetricsEndpoint(listener, metrics, worker, queue_settings)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, _stop, worker, sig, worker_settings.grace_period_s)
         await worker.run()
     finally:
-        if depth is not None:
-            depth.stop()
-        if depth_reads is not None:
-            await asyncio.gather(depth_reads, return_exceptions=True)
-        if server is not None:
-            await server.cleanup()
+        if endpoint is not None:
+            await endpoint.stop()
         await worker.redis.aclose()
     return 0
+
+
+def _import_endpoint_modules() -> None:
+    importlib.import_module("antre.metrics_server")
+    importlib.import_module("antre.depth_metrics")
+
+
+class _MetricsEndpoint:
+    """/metrics and /healthz on ``listener``, started beside the worker: the HTTP server
+    (aiohttp) is the slowest import of a worker, so it is imported in a thread while the worker
+    claims and runs its first jobs, and served once imported (a probe meanwhile finds the port
+    open and waits for the answer)."""
+
+    def __init__(self, listener: socket.socket, metrics: Any, worker: Any,
+                 queue_settings: settings.QueueSettings) -> None:
+        self.listener = listener
+        self.metrics = metrics
+        self.worker = worker
+        self.queue_settings = queue_settings
+        self.server: Any = None
+        self.depth: Any = None
+        self.depth_reads: asyncio.Task[None] | None = None
+        self.starting = asyncio.create_task(self._start(), name="antre-metrics-endpoint")
+
+    async def _start(self) -> None:
+        try:
+            await asyncio.to_thread(_import_endpoint_modules)
+            from antre.client import AsyncQueue
+            from antre.depth_metrics import DepthCollector
+            from antre.metrics_server import serve_metrics
+            self.server = await serve_metrics(self.metrics.registry, port=0,
+                                              health=self.worker.health, listener=self.listener)
+            self.depth = DepthCollector()  # depth, oldest age, live workers, lock contention
+            self.metrics.registry.register(self.depth)
+            self.depth_reads = asyncio.create_task(self.depth.refresh_loop(
+                [AsyncQueue(self.worker.redis, settings=self.queue_settings)]))
+        except Exception:  # without its endpoint the pod would be killed blind: stop cleanly
+            log.exception("the metrics endpoint failed to start; stopping")
+            self.worker.stop()
+
+    async def stop(self) -> None:
+        self.starting.cancel()
+        await asyncio.gather(self.starting, return_exceptions=True)
+        if self.depth is not None:
+            self.depth.stop()
+        if self.depth_reads is not None:
+            await asyncio.gather(self.depth_reads, return_exceptions=True)
+        if self.server is not None:
+            await self.server.cleanup()
+        self.listener.close()
 
 
 def _stop(worker: Any, sig: signal.Signals, grace_period_s: float) -> None:
