@@ -119,3 +119,21 @@ def test_script_calls_are_counted_as_one_per_enqueue(queue: Queue, redis_client:
     for _ in range(10):
         queue.enqueue("t")
     assert script_calls(redis_client) - before == 10
+
+
+def test_queues_made_and_dropped_on_a_shared_client_give_their_connection_back(
+        redis_url: str, redis_client: redis.Redis) -> None:
+    shared = connect(redis_url)
+    try:
+        for n in range(50):  # one Queue per request, never closed
+            Queue(shared, settings=QS).enqueue("t", {"n": n})
+        pool = shared.connection_pool
+        assert len(pool._in_use_connections) == 0
+        assert len(pool._available_connections) == 1  # the same one, taken and given back
+        closed = Queue(shared, settings=QS)
+        closed.enqueue("t")
+        closed.close()
+        assert closed.enqueue("t").created  # a call after close() takes one again
+    finally:
+        shared.close()
+    assert redis_client.llen(QS.keys.ready) == 52

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from typing import Any, TypeVar
 
 import hiredis
@@ -52,6 +53,12 @@ class PinnedConnection:
         self._connection: Any = None
         #: The process the connection was taken in: a forked child must not share the socket.
         self._pid = os.getpid()
+        #: (connection, pid) while one is held, for the finalizer: a queue dropped without
+        #: close() (one made per request on a shared client) gives its connection back to the
+        #: pool instead of leaking it.
+        self._held: list[tuple[Any, int]] = []
+        weakref.finalize(self, _give_back, client.connection_pool if self._enabled else None,
+                         self._held)
 
     def run(self, op: scripts.Op[T]) -> T:
         if op.durable is not None or not self._enabled or not self._lock.acquire(blocking=False):
@@ -90,12 +97,14 @@ class PinnedConnection:
     def _take(self) -> Any:
         if self._pid != os.getpid():  # forked: the parent's socket is not ours to use
             self._connection, self._pid = None, os.getpid()
+            self._held.clear()
         if self._connection is None:
             pool = self.client.connection_pool
             try:
                 self._connection = pool.get_connection()
             except TypeError:  # redis-py before 5.3 wants a command name
                 self._connection = pool.get_connection("EVALSHA")
+            self._held[:] = [(self._connection, self._pid)]
         # The check the pool makes of every connection it hands out: a reply waiting on an idle
         # connection means the server closed it (a restart, a timeout, CLIENT KILL), so dial
         # again before sending rather than fail a call Redis never saw.
@@ -108,11 +117,17 @@ class PinnedConnection:
         return self._connection
 
     def close(self) -> None:
-        """Gives the connection back to the client's pool (the client closes it)."""
+        """Gives the connection back to the client's pool (the client closes it); the next
+        call takes one again."""
         with self._lock:
-            if self._connection is not None and self._pid == os.getpid():
-                self.client.connection_pool.release(self._connection)
+            _give_back(self.client.connection_pool, self._held)
             self._connection = None
+
+
+def _give_back(pool: Any, held: list[tuple[Any, int]]) -> None:
+    if pool is not None and held and held[0][1] == os.getpid():
+        pool.release(held[0][0])
+    held.clear()
 
 
 _NOSCRIPT: Any = object()
