@@ -22,15 +22,20 @@ VISIBILITY_TIMEOUT_S = 2.0
 
 def _hold_and_prefetch(queue: Queue, fault_client: redis.Redis, spawn_worker: SpawnWorker,
                        **worker_args: float) -> tuple[WorkerProcess, list[str], list[str]]:
-    """Worker a with 2 slots busy on long jobs and one job prefetched behind them (no job has
-    finished yet: the worker holds one, the least it prefetches)."""
+    """Worker a with 2 slots busy on long jobs and one job prefetched behind them. A worker
+    prefetches only while its jobs finish within a few claim round trips, so short jobs come
+    first, in the same batch: the long ones and the one behind them are claimed while the
+    worker still measures the short ones' pace."""
     a = spawn_worker("a", concurrency=2, **worker_args)
     a.worker_id()
-    busy = [queue.enqueue("record", {"sleep_s": 60, "sleep_in": ["a"]},
-                          idempotency_key=f"busy-{i}").job_id for i in range(2)]
+    results = queue.enqueue_many(
+        [{"type": "record", "payload": {}} for _ in range(40)]
+        + [{"type": "record", "payload": {"sleep_s": 60, "sleep_in": ["a"]},
+            "idempotency_key": f"busy-{i}"} for i in range(2)]
+        + [{"type": "record", "payload": {}, "idempotency_key": "waiting-0"}])
+    busy, waiting = [r.job_id for r in results[40:42]], [results[42].job_id]
     wait_until(lambda: all(runs(fault_client, job_id) == 1 for job_id in busy),
                message="a to start both long jobs")
-    waiting = [queue.enqueue("record", {}, idempotency_key="waiting-0").job_id]
     wait_until(lambda: all(queue.get(job_id).status == "processing" for job_id in waiting),
                message="a to prefetch the queued job")
     assert all(runs(fault_client, job_id) == 0 for job_id in waiting), "prefetched, not started"

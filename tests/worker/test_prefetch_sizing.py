@@ -1,5 +1,6 @@
 """How many jobs a worker holds unstarted (antre.prefetch): what finishes during two claim round
-trips, at least one, at most the setting; none with prefetch 0."""
+trips, at most the setting; none for jobs much longer than a round trip, none until measured,
+none with prefetch 0."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ def sized(limit: int, *, rtt_s: float, gap_s: float, completions: int = 40) -> i
 @pytest.mark.parametrize(("limit", "rtt_s", "gap_s", "expected"), [
     pytest.param(16, 0.002, 0.001, 4, id="short-jobs-cover-two-round-trips"),
     pytest.param(16, 0.010, 0.0005, 16, id="slow-network-capped-by-the-setting"),
-    pytest.param(16, 0.001, 60.0, 1, id="minute-long-jobs-one-at-a-time"),
+    pytest.param(16, 0.001, 60.0, 0, id="minute-long-jobs-none-ahead"),
+    pytest.param(16, 0.001, 0.004, 1, id="half-a-job-per-two-round-trips-one-ahead"),
+    pytest.param(16, 0.001, 0.005, 0, id="under-half-a-job-none-ahead"),
     pytest.param(0, 0.010, 0.0005, 0, id="prefetch-off"),
 ])
 def test_size_follows_completions_and_round_trips(limit: int, rtt_s: float, gap_s: float,
@@ -26,17 +29,17 @@ def test_size_follows_completions_and_round_trips(limit: int, rtt_s: float, gap_
     assert sized(limit, rtt_s=rtt_s, gap_s=gap_s) == expected
 
 
-def test_one_job_until_enough_was_measured() -> None:
+def test_none_until_enough_was_measured() -> None:
     sizer = PrefetchSizer(16)
-    assert sizer.size(0.0) == 1
+    assert sizer.size(0.0) == 0
     for i in range(4):  # a burst of a few completions says little about the rate
         sizer.claimed(0.001)
         sizer.finished(1.0 + i * 1e-5)
-    assert sizer.size(1.0) == 1
+    assert sizer.size(1.0) == 0
     assert PrefetchSizer(0).size(0.0) == 0
 
 
-def test_bursts_of_long_jobs_stay_at_one() -> None:
+def test_bursts_of_long_jobs_get_none_ahead() -> None:
     """Four slots of 0.15 s jobs finish together: the rate over the window, not the tiny gaps
     inside a burst, sizes the buffer."""
     sizer = PrefetchSizer(4)
@@ -44,7 +47,7 @@ def test_bursts_of_long_jobs_stay_at_one() -> None:
         sizer.claimed(0.002)
         for slot in range(4):
             sizer.finished(burst * 0.15 + slot * 1e-4)
-    assert sizer.size(9 * 0.15 + 0.01) == 1
+    assert sizer.size(9 * 0.15 + 0.01) == 0
 
 
 def test_a_stall_shrinks_the_buffer_at_once() -> None:
@@ -53,4 +56,4 @@ def test_a_stall_shrinks_the_buffer_at_once() -> None:
         sizer.claimed(0.002)
         sizer.finished(i * 0.0005)
     assert sizer.size(40 * 0.0005) == 8
-    assert sizer.size(40 * 0.0005 + 5.0) == 1  # nothing finished for 5 s
+    assert sizer.size(40 * 0.0005 + 5.0) == 0  # nothing finished for 5 s

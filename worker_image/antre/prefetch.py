@@ -4,8 +4,11 @@ its next claim is on the wire, and no more.
 A prefetched job waits in one worker while another may be idle, so the buffer is sized from
 what the worker measures: jobs finishing per second times the claim's round trip, twice over
 (the claim is sent when a slot frees and its jobs arrive one round trip later), bounded by the
-``prefetch`` setting. Short jobs on a slow network get a deep buffer; jobs of a minute get one
-job (or none with ``prefetch 0``), so a busy worker never sits on work an idle one could run.
+``prefetch`` setting. Short jobs on a slow network get a deep buffer; jobs that take much longer
+than a claim's round trip get none (one claim per free slot costs them nothing), so a busy
+worker never sits on a job that an idle worker, or a new one the operator just started, could
+run: a job of ten seconds never waits ten more behind another. Nothing is prefetched until the
+rate has been measured.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import math
 
 #: Weight of the newest round trip in its moving average (about the last 10 count).
 SMOOTHING = 0.1
-#: Completions the rate is measured over; fewer than MIN_COMPLETIONS measured: one job.
+#: Completions the rate is measured over; fewer than MIN_COMPLETIONS measured: none.
 WINDOW = 32
 MIN_COMPLETIONS = 8
 
@@ -37,13 +40,12 @@ class PrefetchSizer:
         self._done.append(now)
 
     def size(self, now: float) -> int:
-        """Jobs to hold unstarted at ``now``: at least one while any prefetch is allowed."""
-        if self.limit <= 0:
+        """Jobs to hold unstarted at ``now``: what finishes during two claim round trips,
+        rounded (none when that is under half a job), at most the setting."""
+        if self.limit <= 0 or self._rtt_s is None or len(self._done) < MIN_COMPLETIONS:
             return 0
-        if self._rtt_s is None or len(self._done) < MIN_COMPLETIONS:
-            return 1
         # Mean time between completions over the window (jobs often end in bursts), or the
         # time since the last one when the work has slowed down since.
         gap_s = max((self._done[-1] - self._done[0]) / (len(self._done) - 1),
                     now - self._done[-1], 1e-6)
-        return max(1, min(self.limit, math.ceil(2 * self._rtt_s / gap_s)))
+        return min(self.limit, math.floor(2 * self._rtt_s / gap_s + 0.5))

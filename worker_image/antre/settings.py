@@ -85,8 +85,9 @@ class WorkerSettings:
         None, env="ANTRE_PREFETCH", flag="--prefetch", minimum=0, maximum=10_000,
         help="most jobs leased ahead of free slots, each started the moment a slot frees "
              "(leased and renewed like running jobs; a stop gives them back unstarted); the "
-             "worker holds what finishes during two claim round trips, at least 1, at most "
-             "this; none: the concurrency; 0: claim only for free slots")
+             "worker holds what finishes during two claim round trips (none for jobs much "
+             "longer than a round trip), at most this; none: the concurrency; 0: claim only "
+             "for free slots")
     visibility_timeout_s: float = setting(
         30.0, env="ANTRE_VISIBILITY_TIMEOUT", flag="--visibility-timeout", minimum=1,
         help="lease length in seconds: a job whose worker stops heartbeating is requeued this "
