@@ -39,6 +39,8 @@ class Figures:
     loaded_p50: h.Series = field(default_factory=h.Series)
     loaded_p99: h.Series = field(default_factory=h.Series)
     sent_rate: h.Series = field(default_factory=h.Series)
+    #: Median time the producer's enqueue call took (idle phase): part of every latency.
+    enqueue_call: h.Series = field(default_factory=h.Series)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -46,18 +48,21 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
 
 
-def paced(send: object, count: int, gap_s: float) -> float:
+def paced(send: object, count: int, gap_s: float) -> tuple[float, float]:
     """Sends ``count`` jobs ``gap_s`` apart (on a schedule: a late send does not push the next
-    ones back); returns the rate achieved."""
+    ones back); returns the rate achieved and the median enqueue call, in ms."""
     assert callable(send)
+    calls = []
     start = time.perf_counter()
     for i in range(count):
         delay = start + i * gap_s - time.perf_counter()
         if delay > 0:
             time.sleep(delay)
+        called = time.perf_counter()
         send(f"{time.time():.6f}")
+        calls.append(time.perf_counter() - called)
     took = time.perf_counter() - start
-    return count / took if took else float("nan")
+    return (count / took if took else float("nan")), statistics.median(calls) * 1000
 
 
 def latencies(records: h.Records, first: int, count: int, group: h.Workers,
@@ -85,16 +90,17 @@ def measure(name: str, figures: Figures, r: object, url: str, args: argparse.Nam
             h.warm_up(adapter, records, group, 1)
             send = adapter.sender("latency")
             time.sleep(0.3)
-            paced(send, args.idle_jobs, IDLE_GAP_S)
+            _, enqueue_call_ms = paced(send, args.idle_jobs, IDLE_GAP_S)
             idle = latencies(records, 0, args.idle_jobs, group)
             count = int(args.rate * args.seconds)
-            rate = paced(send, count, 1 / args.rate)
+            rate, _ = paced(send, count, 1 / args.rate)
             loaded = latencies(records, args.idle_jobs, count, group)
         figures.idle_p50.add(percentile(idle, 0.5))
         figures.idle_p99.add(percentile(idle, 0.99))
         figures.loaded_p50.add(percentile(loaded, 0.5))
         figures.loaded_p99.add(percentile(loaded, 0.99))
         figures.sent_rate.add(rate)
+        figures.enqueue_call.add(enqueue_call_ms)
         print(f"  {name}: idle p50 {percentile(idle, 0.5):.2f} p99 {percentile(idle, 0.99):.2f} ms; "
               f"at {rate:,.0f}/s p50 {percentile(loaded, 0.5):.2f} p99 {percentile(loaded, 0.99):.2f} "
               f"ms (mean {statistics.mean(loaded):.2f}); {h.load_line()}", flush=True)
@@ -131,10 +137,10 @@ def main() -> int:
               f"idle: {args.idle_jobs} jobs {IDLE_GAP_S * 1000:.0f} ms apart; loaded: "
               f"{args.rate:,.0f} jobs/s offered for {args.seconds:.0f} s; {h.load_line()}\n")
         rows = [[name, f.idle_p50.fmt(2), f.idle_p99.fmt(2), f.loaded_p50.fmt(2),
-                 f.loaded_p99.fmt(2), f.sent_rate.fmt()]
+                 f.loaded_p99.fmt(2), f.sent_rate.fmt(), f.enqueue_call.fmt(2)]
                 for name, f in results.items() if f.idle_p50.values]
         print(h.table(["library", "idle p50", "idle p99", "loaded p50", "loaded p99",
-                       "loaded: jobs/s sent"], rows))
+                       "loaded: jobs/s sent", "of which the enqueue call (idle, p50)"], rows))
         peers = {n: f for n, f in results.items() if n != "antre" and f.idle_p50.values}
         antre = results.get("antre")
         if antre and antre.idle_p50.values and peers:
