@@ -120,7 +120,8 @@ class PinnedConnection:
         """Gives the connection back to the client's pool (the client closes it); the next
         call takes one again."""
         with self._lock:
-            _give_back(self.client.connection_pool, self._held)
+            # A client this path does not serve (a Redis Cluster client has no pool) holds none.
+            _give_back(self.client.connection_pool if self._enabled else None, self._held)
             self._connection = None
 
 
