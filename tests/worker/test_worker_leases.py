@@ -205,6 +205,27 @@ async def test_idle_worker_starts_a_new_job_within_10_ms(redis_client, redis_url
     assert median_ms < 10, f"median {median_ms:.2f} ms; all: {[round(x * 1000, 2) for x in latencies]}"
 
 
+async def test_a_job_that_ends_a_long_idle_wait_keeps_its_lease(redis_client, aredis, qs):
+    """The claim queued behind the idle wait leases its jobs when the wait ends; the worker
+    counted the leases from the wait's send, so with a 1 s lease, a job enqueued 0.95 s into
+    the wait was "claimed after its leases' deadline" and given back unstarted."""
+    registry = HandlerRegistry()
+
+    @registry.handler("t")
+    async def noop(job):
+        pass
+
+    waits = int(redis_client.info("commandstats").get("cmdstat_blmove", {}).get("calls", 0))
+    async with running_worker(aredis, qs, registry, visibility_timeout_s=1.0):
+        await eventually(lambda: int(redis_client.info("commandstats").get(
+            "cmdstat_blmove", {}).get("calls", 0)) > waits, message="the worker's idle wait")
+        await asyncio.sleep(0.95)  # the job arrives late in a wait of up to 1 s
+        job_id = Queue(redis_client, settings=qs).enqueue("t").job_id
+        await eventually(lambda: status_of(redis_client, qs, job_id) == "done")
+    events = [e.event for e in Queue(redis_client, settings=qs).get(job_id).history]
+    assert events == ["enqueued", "claimed", "acked"]
+
+
 async def test_registry_entry_names_the_pod(redis_client, aredis, qs, monkeypatch):
     monkeypatch.setenv("POD_NAME", "antre-worker-7f9c")
     registry = HandlerRegistry()

@@ -8,6 +8,11 @@ reaches its handler after one round trip instead of two (wake up, then claim). T
 the list's tail onto itself, so nothing ever leaves the ready list except through the claim:
 there is no worker-owned place for a crash to strand a job in, and nothing new to recover.
 
+A claim that ran after a long wait leased its jobs long after the wait was sent, so the worker
+must not count their leases from the send: :attr:`IdleWait.waited_s` says how long Redis held
+the claim back, measured on Redis's clock alone (a ``TIME`` sent with the wait, and the time the
+claim reports), so no two clocks are compared.
+
 The wait keeps one connection of the client's pool for itself. A stop unblocks it with
 ``CLIENT UNBLOCK`` from another connection instead of cancelling the read: a cancelled read
 could lose the reply of a claim that already ran, stranding its jobs until their leases expire.
@@ -45,6 +50,8 @@ class IdleWait:
         #: Redis's id of the waiting connection, while a wait is under way (for CLIENT UNBLOCK).
         self._blocked_id: asyncio.Future[int] | None = None
         self._interrupted = False
+        #: How long the last claim ran after its wait was sent (Redis's clock), in seconds.
+        self.waited_s = 0.0
 
     async def claim_when_ready(self, ready_key: str, op: Op[T], timeout_s: float) -> T:
         """Blocks up to ``timeout_s`` until ``ready_key`` holds a job, then runs ``op`` (the
@@ -52,16 +59,20 @@ class IdleWait:
         :func:`scripts.run_async` raises."""
         if self._connection is None:
             self._connection = await self.client.connection_pool.get_connection()
+        self.waited_s = 0.0
         if self._interrupted:
             return await scripts.run_async(self.client, op)
         connection = self._connection
         timeout = max(round(timeout_s, 3), 0.001)
-        commands = [("CLIENT", "ID"), ("BLMOVE", ready_key, ready_key, "RIGHT", "RIGHT", timeout),
+        commands = [("CLIENT", "ID"), ("TIME",),
+                    ("BLMOVE", ready_key, ready_key, "RIGHT", "RIGHT", timeout),
                     scripts.evalsha_command(op)]
         blocked_id = self._blocked_id = asyncio.get_running_loop().create_future()
         try:
             await connection.send_packed_command(connection.pack_commands(commands))
             blocked_id.set_result(int(await connection.read_response()))
+            seconds, micros = await connection.read_response()
+            waited_from_ms = int(seconds) * 1000 + int(micros) // 1000
             await connection.read_response(timeout=timeout + connection.socket_timeout)
             try:
                 reply = await connection.read_response()
@@ -79,7 +90,11 @@ class IdleWait:
                 blocked_id.cancel()
         if isinstance(reply, redis.ResponseError) and scripts.is_noscript(reply):
             return await scripts.run_async(self.client, op)  # EVAL loads it for next time
-        return scripts.parse_reply(op, reply)
+        result = scripts.parse_reply(op, reply)
+        ran_at_ms = getattr(result, "now_ms", None)
+        if isinstance(ran_at_ms, int):
+            self.waited_s = max(ran_at_ms - waited_from_ms, 0) / 1000
+        return result
 
     async def interrupt(self) -> None:
         """Ends a wait under way as if it had timed out (its claim still runs and replies); the

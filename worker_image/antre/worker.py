@@ -264,6 +264,8 @@ class Worker:
                     self.prefetch.claimed(time.monotonic() - claim_sent_at)
                 elif idle_wait.supported(self.redis, op):
                     result = await self._idle.claim_when_ready(self.queue.keys.ready, op, wait_s)
+                    # The leases began when the claim ran, after the wait: count from there.
+                    claim_sent_at += self._idle.waited_s
                 else:
                     await self._wait_for_work(wait_s)
                     continue
