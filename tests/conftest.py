@@ -81,6 +81,10 @@ def redis_server() -> Iterator[RedisServer]:
 
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> str:
+    """The session's Redis, emptied: a test must not see another's jobs (an operator test's
+    JobQueue named like an earlier test's queue scaled up for that test's 200 jobs)."""
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.flushall()
     return redis_server.url
 
 

@@ -201,8 +201,10 @@ class OperatorThread:
 
 
 async def eventually(predicate: Callable[[], Any | Awaitable[Any]], timeout_s: float = 10.0,
-                     message: str = "condition", interval_s: float = 0.05) -> Any:
-    """Poll ``predicate`` (sync or async) until truthy; fail after ``timeout_s``."""
+                     message: str = "condition", interval_s: float = 0.05,
+                     describe: Callable[[], Any] | None = None) -> Any:
+    """Poll ``predicate`` (sync or async) until truthy; fail after ``timeout_s``, with what
+    ``describe`` returns then (the state that explains why the wait failed)."""
     deadline = time.monotonic() + timeout_s
     last: Any = None
     while time.monotonic() < deadline:
@@ -215,7 +217,9 @@ async def eventually(predicate: Callable[[], Any | Awaitable[Any]], timeout_s: f
         if last:
             return last
         await asyncio.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {message} (last: {last!r})")
+    seen = "" if describe is None else f"; {describe()!r}"
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {message} "
+                         f"(last: {last!r}){seen}")
 
 
 def condition(obj: Mapping[str, Any] | None, type_: str) -> dict[str, Any] | None:

@@ -67,7 +67,8 @@ async def test_hostile_jobqueues_get_a_condition_and_nothing_else(
 
     await eventually(lambda: (c := condition(k8s.live("jobqueues", NS, "good"), "Ready"))
                      and c["status"] == "True", message="the good JobQueue Ready",
-                     timeout_s=30)  # seven JobQueues served at once, on a busy machine
+                     timeout_s=30,  # seven JobQueues served at once, on a busy machine
+                     describe=lambda: (k8s.live("jobqueues", NS, "good") or {}).get("status"))
     expected = {("cleartext", NS): "InvalidRedisUrl", ("nokey", NS): "SecretKeyNotFound",
                 ("far", NS): "NotAllowed", ("optioned", NS): "InvalidRedisUrl",
                 ("foreign", NS): "NotAllowed", ("inside", OPERATOR_NS): "NotAllowed"}
