@@ -81,16 +81,16 @@ def redis_server() -> Iterator[RedisServer]:
 
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> str:
-    """The session's Redis, emptied: a test must not see another's jobs (an operator test's
-    JobQueue named like an earlier test's queue scaled up for that test's 200 jobs)."""
+    """The session's Redis, emptied once per test before any fixture seeds it: a test must not
+    see another's jobs (an operator test's JobQueue named like an earlier test's queue scaled up
+    for that test's 200 jobs)."""
     with redis.Redis.from_url(redis_server.url) as client:
         client.flushall()
     return redis_server.url
 
 
 @pytest.fixture
-def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
-    client.flushall()
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)  # emptied by redis_url
     yield client
     client.close()
