@@ -23,10 +23,15 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import aiohttp
 import redis
 from antre import Queue
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _results
 
 
 @dataclass
@@ -167,4 +172,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _results.run_and_keep(main, __file__)

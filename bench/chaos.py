@@ -42,6 +42,7 @@ from antre.protocol import scripts
 from antre.protocol.read_records import records_op
 
 from bench import _harness as h
+from bench import _results
 
 QUEUE = "chaos"
 VISIBILITY_S = 3.0
@@ -362,4 +363,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _results.run_and_keep(main, __file__)

@@ -43,8 +43,11 @@ from antre.protocol.fail import fail_op
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
 
 from redis_servers import RedisServer, free_port, wait_until  # noqa: E402
+
+from bench import _results  # noqa: E402
 
 QUEUE = "bench"
 TOKEN = "bench-token"
@@ -250,4 +253,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _results.run_and_keep(main, __file__)

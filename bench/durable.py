@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redis
 
 from bench import _harness as h
+from bench import _results
 
 MODES = {"async": "0", "durable": "1"}
 
@@ -87,4 +88,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _results.run_and_keep(main, __file__)

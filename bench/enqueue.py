@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redis
 
 from bench import _harness as h
+from bench import _results
 
 LIBRARIES = ("antre", "huey", "dramatiq", "saq", "taskiq", "arq", "rq", "celery")
 ASYNC_LIBRARIES = ("antre", "taskiq", "saq", "arq")
@@ -118,4 +119,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _results.run_and_keep(main, __file__)

@@ -32,6 +32,7 @@ from antre import reaper
 from antre.protocol import ack, claim, extend_lease, fail, scripts
 
 from bench import _harness as h
+from bench import _results
 
 WORKER = "emails-worker-7d9f8b6c5d-x2x4z-1-a1b2c3"
 #: Free slots of a worker at the largest concurrency the settings allow.
@@ -169,4 +170,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _results.run_and_keep(main, __file__)

@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _harness as h
+from bench import _results
 
 LIBRARIES = ["antre", "huey", "taskiq", "dramatiq", "saq", "celery"]
 IDLE_GAP_S = 0.02
@@ -156,4 +157,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _results.run_and_keep(main, __file__)

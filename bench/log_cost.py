@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _harness as h
+from bench import _results
 
 LEVELS = ("WARNING", "INFO", "DEBUG")
 
@@ -53,4 +54,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _results.run_and_keep(main, __file__)

@@ -29,6 +29,7 @@ import antre
 from antre.protocol import ack, claim, fail, scripts
 
 from bench import _harness as h
+from bench import _results
 
 WORKER_ID = "emails-worker-7d9f8b6c5d-x2x4z-1-a1b2c3"
 BATCH = 1000
@@ -165,4 +166,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _results.run_and_keep(main, __file__)

@@ -48,6 +48,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _harness as h
+from bench import _results
 from tests.e2e.api_users import ApiUser
 from tests.e2e.audit import WRITE_VERBS
 from tests.e2e.control_plane import REPO_ROOT, ControlPlane, KubeBinaries
@@ -423,4 +424,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _results.run_and_keep(main, __file__)

@@ -1,8 +1,10 @@
 """antre against arq, rq, saq, celery, dramatiq, huey and taskiq, on one redis-server.
 
 Each library runs its default production worker with no-op jobs. Per library: enqueue rate (one
-call per job; bulk API where it has one), drain rate of 10,000 queued jobs with 1 and with 2
-worker processes, Redis commands per job, Redis memory per queued job, median of 3 runs with
+call per job; bulk API where it has one), drain rate of queued jobs with 1 and with 2 worker
+processes (10,000 jobs, or 100,000 for a library that drains 10,000 in under a second, so that
+no rate rests on a fraction of a second: one uncounted drain of 10,000 decides), Redis commands
+per job, Redis memory per queued job, median of 3 runs with
 min-max, the ratio antre / peer for each figure, and what its worker does when SIGKILLed mid-job
 (measured: the worker is killed, a replacement started at once, and the job watched).
 
@@ -25,12 +27,15 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _harness as h
+from bench import _results
 
 LIBRARIES = ["antre", "arq", "rq", "saq", "celery", "dramatiq", "huey", "taskiq"]
+SMALL_DRAIN, LARGE_DRAIN = 10_000, 100_000
 
 
 @dataclass
@@ -46,6 +51,8 @@ class Figures:
     memory: h.Series = field(default_factory=h.Series)
     kill: str = "-"
     note: str = ""
+    #: Jobs per drain for this library (decided by its sizing drain, or by --jobs).
+    drain_jobs: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -54,9 +61,10 @@ def measure_run(figures: Figures, run: int, r: object, url: str, args: argparse.
     from bench.adapters import load
     adapter = load(figures.name)
     figures.note = adapter.processes_note
-    jobs = min(args.jobs, getattr(adapter, "max_drain_jobs", None) or args.jobs)
-    if jobs < args.jobs:
-        figures.note += f"; drains of {jobs:,} jobs (too slow for {args.jobs:,})"
+    if not figures.drain_jobs:
+        figures.drain_jobs = drain_size(adapter, r, url, args.jobs)
+    jobs = figures.drain_jobs
+    figures.note += f"; drains of {jobs:,} jobs"
     figures.single.add(h.single_enqueue_rate(adapter, r, args.single_jobs))
     for processes, series in ((1, figures.drain1), (2, figures.drain2)):
         result = h.drain_run(adapter, r, url, jobs=jobs, processes=processes)
@@ -70,6 +78,21 @@ def measure_run(figures: Figures, run: int, r: object, url: str, args: argparse.
         print(f"  run {run + 1}, {figures.name}, {processes} process(es): drain "
               f"{result.drain_rate:,.0f} jobs/s, {result.drain_cmds_per_job:.2f} commands/job; "
               f"{h.load_line()}", flush=True)
+
+
+def drain_size(adapter: h.Adapter, r: Any, url: str, requested: int | None) -> int:
+    """Jobs per drain: ``requested``, or (None) 10,000, and 100,000 when an uncounted drain of
+    10,000 with one process took under a second; never more than the adapter's own limit."""
+    limit = getattr(adapter, "max_drain_jobs", None)
+    if requested is None:
+        requested = SMALL_DRAIN
+        if limit is None or limit >= LARGE_DRAIN:
+            sizing = h.drain_run(adapter, r, url, jobs=SMALL_DRAIN, processes=1)
+            if sizing.drain_rate > SMALL_DRAIN:
+                requested = LARGE_DRAIN
+            print(f"  sizing, {adapter.name}: {SMALL_DRAIN:,} jobs drained at "
+                  f"{sizing.drain_rate:,.0f} jobs/s: drains of {requested:,}", flush=True)
+    return min(requested, limit or requested)
 
 
 def kill_child(name: str) -> int:
@@ -91,7 +114,7 @@ def kill_tests(names: list[str], base_url: str, window_s: float) -> dict[str, st
     procs = {}
     for db, name in enumerate(names, start=1):
         env = dict(os.environ, BENCH_REDIS_URL=base_url.rsplit("/", 1)[0] + f"/{db}",
-                   BENCH_KILL_WINDOW=str(window_s))
+                   BENCH_KILL_WINDOW=str(window_s), BENCH_RESULTS_DIR="")
         procs[name] = subprocess.Popen([sys.executable, __file__, "--kill-child", name], env=env,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     verdicts = {}
@@ -113,7 +136,8 @@ def ratio(a: h.Series, b: h.Series) -> str:
 
 
 def report(results: dict[str, Figures], args: argparse.Namespace) -> None:
-    print(f"\n## Peers: {args.jobs:,} no-op jobs per drain, median of {args.runs} (min-max); "
+    sizes = ", ".join(f"{f.name} {f.drain_jobs:,}" for f in results.values() if f.drain_jobs)
+    print(f"\n## Peers: no-op jobs per drain: {sizes}; median of {args.runs} (min-max); "
           f"{h.load_line()}\n")
     rows = []
     for f in results.values():
@@ -160,7 +184,9 @@ def report(results: dict[str, Figures], args: argparse.Namespace) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="comma-separated subset of " + ",".join(LIBRARIES))
-    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="jobs per drain for every library (default: 10,000, or 100,000 "
+                             "where 10,000 drain in under a second)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--single-jobs", type=int, default=2_000,
                         help="jobs enqueued one call each for the single-call rate")
@@ -227,4 +253,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _results.run_and_keep(main, __file__)

@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _harness as h
+from bench import _results
 
 LIBRARIES = ["antre", "dramatiq", "celery", "huey", "taskiq", "saq"]
 CELLS = ["def:16", "def:100", "async:16", "async:100"]
@@ -84,4 +85,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _results.run_and_keep(main, __file__)

@@ -25,6 +25,7 @@ from typing import Final
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _harness as h
+from bench import _results
 
 #: Every library of bench/peers.py.
 LIBRARIES = ("antre", "huey", "taskiq", "dramatiq", "saq", "celery", "arq", "rq")
@@ -134,4 +135,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _results.run_and_keep(main, __file__)
