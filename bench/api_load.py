@@ -127,8 +127,8 @@ def measure(redis_url: str, *, total: int = 2000, concurrency: int = 20, queue: 
     target = Queue.from_url(redis_url, queue)
     try:
         pipe = target.redis.pipeline(transaction=False)
-        for job_id in job_ids:
-            pipe.exists(target.keys.job(job_id))
+        for job_id in job_ids:  # not claimed yet: a field of the queued Hash
+            pipe.hexists(target.keys.queued, job_id)
         found = sum(int(x) for x in pipe.execute())
     finally:
         target.close()

@@ -7,7 +7,8 @@ memory is divided by the number of jobs; ``MEMORY USAGE`` and ``OBJECT ENCODING`
 record say where it goes. The worker id is a Kubernetes-like one (pod name, pid, random), as
 the default ``<hostname>-<pid>-<random>`` gives inside a pod. It also prints what packing a
 finished record costs Redis on the ack (INFO commandstats): the same acks with ``done_ttl_s`` 0,
-which keep no record, are the baseline.
+which keep no record, are the baseline; and the Redis time per job of the enqueue script
+(``enqueue_many``, 200 jobs per call) and of the claim (which turns a queued job into its Hash).
 
     python bench/memory.py                  # 100,000 jobs per state, ~1 min
     python bench/memory.py --jobs 10000     # quick
@@ -59,7 +60,12 @@ def _script_usec(r: redis.Redis) -> int:
 
 
 def _sample(r: redis.Redis, qs: antre.QueueSettings) -> str:
-    key = next(r.scan_iter(match=qs.keys.job_prefix + "*", count=1000))
+    key = next(r.scan_iter(match=qs.keys.job_prefix + "*", count=1000), None)
+    if key is None:  # jobs not claimed yet are fields of one Hash, not keys
+        queued = qs.keys.queued
+        fields = r.hlen(queued)
+        return (f"queued Hash: MEMORY USAGE {r.memory_usage(queued, samples=0) / fields:,.0f} B per "
+                f"field, {r.object('encoding', queued)}")
     return f"MEMORY USAGE {r.memory_usage(key)} B, {r.object('encoding', key)}"
 
 
@@ -109,13 +115,22 @@ def main() -> None:
         ws = antre.WorkerSettings()
         queue = antre.Queue.from_url(server.url, settings=qs)
 
+        #: Redis's time in the enqueue and claim scripts: [usec, jobs].
+        spent_usec = {"enqueue": [0, 0], "claim": [0, 0]}
+
         def enqueue(max_attempts: int = 5) -> None:
             job = {"type": "noop", "payload": {"n": 1}, "max_attempts": max_attempts}
             for _ in range(0, args.jobs, BATCH):
+                before = _script_usec(r)
                 queue.enqueue_many([job] * BATCH)
+                spent_usec["enqueue"][0] += _script_usec(r) - before
+                spent_usec["enqueue"][1] += BATCH
 
         def claimed() -> list[tuple[str, int]]:
+            before = _script_usec(r)
             result = scripts.run(r, claim.claim_op(qs, ws, worker_id=WORKER_ID, max_jobs=BATCH))
+            spent_usec["claim"][0] += _script_usec(r) - before
+            spent_usec["claim"][1] += len(result.jobs)
             return [(job.id, job.lease) for job in result.jobs]
 
         ack_usec: dict[float, list[int]] = {}
@@ -159,6 +174,10 @@ def main() -> None:
         kept, stub = (ack_usec[ttl][0] / ack_usec[ttl][1] for ttl in (qs.done_ttl_s, 0))
         print(f"Redis time of an ack, per job: {kept:.1f} us packing the finished record, "
               f"{stub:.1f} us keeping none (done_ttl_s 0): {kept / stub:.2f}x")
+        print("Redis time per job: " + ", ".join(
+            f"{name} {usec / jobs:.1f} us" for name, (usec, jobs) in spent_usec.items())
+            + f" (enqueue_many: {scripts.MAX_JOBS_PER_CALL} jobs per call; claims of"
+              f" {scripts.MAX_JOBS_PER_CALL})")
         print("\nThe floor: what Redis's building blocks cost per job, whatever the layout\n")
         print(h.table(["building block", "bytes/job"], floor(r, args.jobs)))
     finally:

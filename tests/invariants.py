@@ -55,6 +55,9 @@ class Snapshot:
     retry_order: list[str]
     dead: list[str]
     jobs: dict[str, dict[str, str]]
+    #: Ids with both a key of their own and a field in the queued Hash (the claim turns one into
+    #: the other in one script, cancel too: never both).
+    keyed_and_queued: list[str] = field(default_factory=list)
     locks: dict[str, str] = field(default_factory=dict)
     idempotency: dict[str, str] = field(default_factory=dict)
     #: Idempotency keys with a TTL (ms left), the others have none.
@@ -78,8 +81,30 @@ def read_record(redis_client: Any, queue: Any, job_id: str) -> dict[str, str]:
     return read_records(redis_client, queue, [job_id])[0]
 
 
+def as_queued_hash(redis_client: Any, queue: Any, job_id: str) -> None:
+    """Turns a job still queued as a field of the queued Hash into its own queued Hash, as an
+    older version or a producer in another language writes it, so a test can change one of its
+    fields with HSET (the claim takes either form)."""
+    settings = getattr(queue, "settings", queue)
+    record = read_record(redis_client, settings, job_id)
+    assert record.get("status") in ("queued", "scheduled"), record
+    pipe = redis_client.pipeline(transaction=True)
+    pipe.hdel(settings.keys.queued, job_id)
+    pipe.hset(settings.keys.job(job_id), mapping=record)
+    pipe.execute()
+
+
 def _scan(redis_client: Any, pattern: str) -> list[str]:
     return sorted(set(redis_client.scan_iter(match=pattern, count=1000)))
+
+
+def job_ids_of(redis_client: Any, queue_settings: QueueSettings) -> tuple[list[str], list[str]]:
+    """The ids of the queue's jobs: those with a key of their own, and those that are still a
+    field of the queued Hash (enqueued, not claimed yet)."""
+    k = queue_settings.keys
+    keyed = [key[len(k.job_prefix):]
+             for key in _scan(redis_client, k.scan_pattern()[:-1] + "job:*")]
+    return keyed, sorted(redis_client.hkeys(k.queued))
 
 
 def snapshot(redis_client: Any, queue_settings: QueueSettings) -> Snapshot:
@@ -87,7 +112,8 @@ def snapshot(redis_client: Any, queue_settings: QueueSettings) -> Snapshot:
     base_pattern = k.scan_pattern()[:-1]  # "<prefix>:[{]<Q>[}]:"
     processing = redis_client.zrange(k.processing, 0, -1, withscores=True)
     retry = redis_client.zrange(k.retry, 0, -1, withscores=True)
-    job_ids = [key[len(k.job_prefix):] for key in _scan(redis_client, base_pattern + "job:*")]
+    keyed, queued = job_ids_of(redis_client, queue_settings)
+    job_ids = sorted(set(keyed) | set(queued))
     jobs = {job_id: fields for job_id, fields in
             zip(job_ids, read_records(redis_client, queue_settings, job_ids), strict=True) if fields}
     locks = {key[len(k.lock_prefix):]: redis_client.get(key)
@@ -103,6 +129,7 @@ def snapshot(redis_client: Any, queue_settings: QueueSettings) -> Snapshot:
         retry_order=[member for member, _ in retry],
         dead=redis_client.zrange(k.dead, 0, -1),
         jobs=jobs,
+        keyed_and_queued=sorted(set(keyed) & set(queued)),
         locks={name: value for name, value in locks.items() if value is not None},
         idempotency={name: value for name, value in idem.items() if value is not None},
         idempotency_ttl={name: ttl for name, ttl in idem_ttl.items() if ttl >= 0},
@@ -111,7 +138,8 @@ def snapshot(redis_client: Any, queue_settings: QueueSettings) -> Snapshot:
 
 def violations(snap: Snapshot, *, check_locks: bool = True) -> list[str]:
     """Every broken rule, as readable lines (empty when the queue is consistent)."""
-    problems: list[str] = []
+    problems: list[str] = [f"{job_id}: both a job key and a queued field"
+                           for job_id in snap.keyed_and_queued]
     places = {"ready": snap.ready, "processing": snap.processing_order, "retry": snap.retry_order,
               "dead": snap.dead}
     # A cancelled job's id is left in the ready list for a claim to drop (removing it would

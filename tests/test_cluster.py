@@ -1,7 +1,8 @@
 """antre against a local three-node Redis Cluster, reached through ``redis+cluster://``.
 
 Covers, for two queues whose hash tags land in slots served by different nodes: enqueue,
-enqueue_many, claim, ack, fail -> retry -> claim again, reap of an expired lease, depth; then an
+enqueue_many, claim, ack, fail -> retry -> claim again, reap of an expired lease, depth; jobs
+still queued as fields (read, cancelled, promoted, claimed beside a queued Hash); then an
 in-process :class:`antre.worker.Worker` on the asyncio cluster client draining a few hundred jobs.
 Every scenario ends with the queue invariant, read from the node that owns the queue's slot.
 """
@@ -165,6 +166,35 @@ def test_protocol_operations_over_the_cluster(
         assert (depth.ready, depth.processing, depth.scheduled, depth.dead) == (3, 0, 0, 0)
         assert depth.counters["done"] == 3
         check_invariants(cluster, settings)
+    client.close()
+
+
+def test_queued_jobs_over_the_cluster(
+        cluster: Cluster, queue_pair: tuple[QueueSettings, QueueSettings]) -> None:
+    """Jobs not claimed yet are fields of the queue's queued Hash, in the queue's slot: read,
+    cancelled, promoted when delayed, and claimed beside a queued Hash of the older layout."""
+    client = connection.connect(cluster.url)
+    settings = queue_pair[1]
+    queue = Queue(client, settings=settings)
+    assert client.keyslot(settings.keys.queued) == client.keyslot(settings.keys.ready)
+    fresh = queue.enqueue("work", {"n": 1}, idempotency_key="once").job_id
+    delayed = queue.enqueue("work", {"n": 2}, delay=0.2).job_id
+    dropped = queue.enqueue("work", {"n": 3}).job_id
+    with cluster.owner(settings.keys.ready) as owner:
+        owner.hset(settings.keys.job("older"), mapping={
+            "id": "older", "type": "work", "payload": "{}", "status": "queued", "attempt": 0,
+            "max_attempts": 5, "lease": 0, "created_at": 1, "schema_version": 1})
+        owner.lpush(settings.keys.ready, "older")
+        assert owner.hlen(settings.keys.queued) == 3
+    assert queue.enqueue("work", {"n": 1}, idempotency_key="once").job_id == fresh
+    assert (queue.get(fresh).status, queue.get(delayed).status) == ("queued", "scheduled")
+    assert queue.cancel(dropped) == "queued"
+    assert queue.get(dropped).status == "cancelled"
+    wait_until(lambda: queue.stats().due == 1, timeout_s=5, message="the delayed job to be due")
+    claimed = scripts.run(client, claim_op(settings, WorkerSettings(), worker_id="w1", max_jobs=10))
+    assert sorted(job.id for job in claimed.jobs) == sorted([fresh, delayed, "older"])
+    assert all(queue.get(job_id).status == "processing" for job_id in (fresh, delayed, "older"))
+    check_invariants(cluster, settings)
     client.close()
 
 

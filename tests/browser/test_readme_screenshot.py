@@ -30,8 +30,7 @@ def test_readme_screenshot(page: Page, api: Api, queue: Queue, start_worker: Any
                                                            "sleep_s": 0.25},
                          "resource_key": f"account-{i % 3}" if i < 6 else None}
                         for i in range(1500)])
-    queue.redis.hset(queue.keys.job(queue.enqueue("charge", {"fixed": never}).job_id),
-                     "max_attempts", 1)
+    queue.enqueue("charge", {"fixed": never}, max_attempts=1)
     start_worker()
     eventually(lambda: queue.stats().dead >= 14, message="the failing charges dead-lettered")
     page.set_viewport_size({"width": 1280, "height": 1000})

@@ -18,7 +18,7 @@ from antre.connection import connect_async
 from antre.jobs import EnqueueResult
 from antre.protocol.scripts import MAX_JOBS_PER_CALL
 from antre.settings import QueueSettings
-from invariants import assert_invariants
+from invariants import assert_invariants, read_record
 from redis_servers import running_redis, script_calls
 
 QS = QueueSettings(name="batched")
@@ -158,7 +158,7 @@ async def test_durable_queue_not_replicated_names_each_callers_own_job(
     assert len(set(ids)) == 5
     for n, (job_id, exc) in enumerate(zip(ids, results, strict=True)):
         assert job_id in str(exc) and "idempotency key" in str(exc)
-        assert redis_client.hget(QS.keys.job(job_id), "payload") == f'{{"n":{n}}}'
+        assert read_record(redis_client, QS, job_id)["payload"] == f'{{"n":{n}}}'
 
 
 async def test_close_waits_for_the_enqueues_of_its_batches(

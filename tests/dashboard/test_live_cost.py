@@ -132,7 +132,7 @@ async def test_tabs_on_one_job_share_its_read(dashboard: Dashboard, redis_client
     assert job_id in frame and "queued" in frame
     assert 'name="csrf" value=""' in frame  # each tab fills in its own session's token
     # The record deleted (expired, purged): the page says so at the next tick.
-    redis_client.delete(Queue(redis_client, "emails").keys.job(job_id))
+    redis_client.hdel(Queue(redis_client, "emails").keys.queued, job_id)
     await monitor.step()
     assert "record is gone" in json.loads(first.pending or "{}")["job-live"]
     assert all(s.pending == first.pending for s in more)

@@ -47,9 +47,10 @@ def impatient(queue: Queue) -> Queue:
     return Queue(queue.redis, settings=IMPATIENT)
 
 
-def on_replica(replica: RedisServer, key: str) -> bool:
+def on_replica(replica: RedisServer, queue: Queue, job_id: str) -> bool:
+    """Whether the replica has the job: its queued field, or its key once claimed."""
     with redis.Redis(port=replica.port, decode_responses=True) as client:
-        return bool(client.exists(key))
+        return bool(client.hexists(queue.keys.queued, job_id) or client.exists(queue.keys.job(job_id)))
 
 
 def test_a_durable_enqueue_is_on_the_replica_when_it_returns(
@@ -58,7 +59,7 @@ def test_a_durable_enqueue_is_on_the_replica_when_it_returns(
     one = queue.enqueue("t", {"n": 1})
     many = queue.enqueue_many([("t", {"n": i}) for i in range(1200)])  # three script calls
     for result in [one, many[0], many[499], many[500], many[-1]]:
-        assert on_replica(replicated[1], queue.keys.job(result.job_id))
+        assert on_replica(replicated[1], queue, result.job_id)
 
 
 def test_unconfirmed_enqueue_names_its_job_and_a_keyed_retry_returns_it(
@@ -78,10 +79,10 @@ def test_unconfirmed_enqueue_names_its_job_and_a_keyed_retry_returns_it(
     job_id = unconfirmed.result.job_id  # type: ignore[attr-defined]
     assert job_id in str(unconfirmed) and "same idempotency key" in str(unconfirmed)
     with redis.Redis(port=primary.port) as direct:
-        assert direct.exists(queue.keys.job(job_id))
+        assert direct.hexists(queue.keys.queued, job_id)
     again = queue.enqueue("t", {"n": 1}, idempotency_key="order-7")
     assert (again.job_id, again.created) == (job_id, False)
-    assert on_replica(replica, queue.keys.job(job_id))
+    assert on_replica(replica, queue, job_id)
 
 
 def test_unconfirmed_enqueue_many_reports_what_it_wrote(

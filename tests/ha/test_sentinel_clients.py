@@ -67,8 +67,7 @@ def test_queue_writes_move_to_the_new_primary_after_a_graceful_failover(
             with pytest.raises(redis.ReadOnlyError):
                 demoted.set("probe", 1)
         with redis.Redis(port=new_port, decode_responses=True) as primary:
-            assert primary.exists(queue.keys.job(first.job_id))
-            assert primary.exists(queue.keys.job(second.job_id))
+            assert None not in primary.hmget(queue.keys.queued, [first.job_id, second.job_id])
         assert queue.stats().ready == 2
     finally:
         queue.close()

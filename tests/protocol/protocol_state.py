@@ -15,7 +15,7 @@ from typing import Any
 from antre import jobs
 from antre.protocol import scripts
 from antre.settings import QueueSettings
-from invariants import read_records
+from invariants import job_ids_of, read_records
 
 _DEAD_ORDER = itertools.count()
 
@@ -82,7 +82,8 @@ def dump(r: Any, qs: QueueSettings) -> dict[str, Any]:
         "locks": {},
         "idem": {},
     }
-    job_ids = [key[len(k.job_prefix):] for key in r.scan_iter(match=base + "job:*")]
+    keyed, queued = job_ids_of(r, qs)
+    job_ids = keyed + queued
     for job_id, fields in zip(job_ids, read_records(r, qs, job_ids), strict=True):
         job = {name: v for name, v in fields.items()
                if name not in TIME_FIELDS and not name.startswith("h:")}

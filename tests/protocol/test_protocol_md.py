@@ -1,11 +1,13 @@
-"""PROTOCOL.md's recipe for producers that cannot run Lua works as written: the MULTI block is
-read from the document, sent as it stands, and the job is claimed, run and acked."""
+"""PROTOCOL.md's recipes for producers that cannot run Lua work as written: each MULTI block (a
+queued field, and a job Hash as earlier versions wrote it) is read from the document, sent as it
+stands, and the job is claimed, run and acked."""
 
 from __future__ import annotations
 
 import shlex
 from pathlib import Path
 
+import pytest
 from antre import Queue, QueueSettings, WorkerSettings
 from antre.protocol import scripts
 from antre.protocol.ack import ack_op
@@ -15,16 +17,20 @@ from invariants import assert_invariants
 DOC = Path(__file__).resolve().parents[2] / "PROTOCOL.md"
 
 
-def recipe() -> list[list[str]]:
+def recipes() -> list[list[list[str]]]:
     text = DOC.read_text()
-    block = text[text.index("```\nMULTI\n") + 4:]
-    block = block[:block.index("```")]
-    return [shlex.split(line) for line in block.strip().splitlines()]
+    blocks = []
+    for part in text.split("```\nMULTI\n")[1:]:
+        block = "MULTI\n" + part[:part.index("```")]
+        blocks.append([shlex.split(line) for line in block.strip().splitlines()])
+    return blocks
 
 
-def test_the_documented_multi_block_enqueues_a_job_a_worker_runs(redis_client) -> None:
-    commands = recipe()
-    assert [c[0] for c in commands] == ["MULTI", "HSET", "LPUSH", "EXEC"]
+@pytest.mark.parametrize("form", [pytest.param(0, id="queued-field"), pytest.param(1, id="hash")])
+def test_the_documented_multi_block_enqueues_a_job_a_worker_runs(redis_client, form) -> None:
+    commands = recipes()[form]
+    assert [c[0] for c in commands] == [
+        ["MULTI", "HSETNX", "LPUSH", "HINCRBY", "EXEC"], ["MULTI", "HSET", "LPUSH", "EXEC"]][form]
     pipe = redis_client.pipeline(transaction=True)  # MULTI ... EXEC
     for command in commands[1:-1]:
         pipe.execute_command(*command)

@@ -21,6 +21,7 @@ from antre.protocol.claim import claim_op
 from antre.protocol.depth import depth_op
 from antre.protocol.extend_lease import extend_lease_op
 from antre.protocol.fail import fail_op
+from invariants import read_record
 from protocol_state import server_ms
 
 #: As long as a default worker id inside a pod (<pod name>-<pid>-<random>).
@@ -63,7 +64,7 @@ def test_failed_run_keeps_its_error_and_worker_in_the_history(redis_client, qs, 
 def test_fresh_record_falls_back_to_created_at(redis_client, qs):
     queue = Queue(redis_client, settings=qs)
     job_id = queue.enqueue("t", None).job_id
-    record = redis_client.hgetall(qs.keys.job(job_id))
+    record = read_record(redis_client, qs, job_id)
     assert "updated_at" not in record and "queued_at" not in record
     info = queue.get(job_id)
     assert info.updated_at_ms == info.created_at_ms == int(record["created_at"])

@@ -47,7 +47,10 @@ def test_enqueue_one_writes_record_and_pushes_left(redis_client, qs, queue):
     assert before <= int(record["created_at"]) <= after
     # Ready since it was created: no queued_at or updated_at until they differ from created_at.
     assert "queued_at" not in record and "updated_at" not in record
-    assert redis_client.ttl(qs.keys.job(first.job_id)) == -1  # a live job never expires
+    # Not claimed yet: a field of the queued Hash (no key of its own), which never expires.
+    assert redis_client.hexists(qs.keys.queued, first.job_id)
+    assert redis_client.exists(qs.keys.job(first.job_id)) == 0
+    assert redis_client.ttl(qs.keys.queued) == -1
     assert_invariants(redis_client, qs)
 
 
@@ -111,7 +114,10 @@ def test_idempotency_key_lives_as_long_as_its_job(redis_client, qs, queue):
     wait_until(lambda: server_ms(redis_client) > enqueued_at + 200, timeout_s=5)
     again = producer.enqueue("t", 1, idempotency_key="k")
     assert (again.job_id, again.created) == (first.job_id, False)
-    redis_client.hset(short.keys.job(first.job_id), "status", "dead")  # as after its attempts
+    # Dead, as after its attempts: a claimed job has its own Hash.
+    record = read_record(redis_client, short, first.job_id)
+    redis_client.hdel(short.keys.queued, first.job_id)
+    redis_client.hset(short.keys.job(first.job_id), mapping={**record, "status": "dead"})
     redis_client.zrem(short.keys.retry, first.job_id)
     redis_client.zadd(short.keys.dead, {first.job_id: 1})
     again = producer.enqueue("t", 1, idempotency_key="k")
@@ -134,7 +140,7 @@ def test_an_existing_id_returns_the_existing_job_untouched(redis_client, qs, que
     [op] = enqueue_ops(qs, [NewJob("other", {"x": 1})])
     args = list(op.args)
     args[2] = "job-1"  # the first job's id, as a foreign producer might choose it
-    keys = [*op.keys[:3], qs.keys.job("job-1")]
+    keys = [*op.keys[:4], qs.keys.job("job-1")]
     [result] = scripts.run(redis_client, scripts.Op(op.script, keys, args, op.parse))
     assert (result.job_id, result.created) == ("job-1", False)
     assert dump(redis_client, qs) == before
@@ -159,7 +165,7 @@ def test_the_script_refuses_an_unusable_id(redis_client, qs, job_id):
 
 def test_idempotency_key_of_purged_job_no_longer_protects(redis_client, qs, queue):
     first = queue.enqueue("t", 1, idempotency_key="k")
-    redis_client.delete(qs.keys.job(first.job_id))  # record gone (purged or evicted)
+    redis_client.hdel(qs.keys.queued, first.job_id)  # record gone (purged or evicted)
     redis_client.lrem(qs.keys.ready, 0, first.job_id)
     second = queue.enqueue("t", 2, idempotency_key="k")
     assert second.created and second.job_id != first.job_id

@@ -16,6 +16,7 @@ from antre import keys, queue_registry
 from antre.client import AsyncQueue, Queue
 from antre.handlers import HandlerRegistry
 from antre.settings import QueueSettings
+from invariants import read_record
 from worker_harness import eventually, running_worker
 
 
@@ -60,7 +61,7 @@ def test_a_user_without_the_registry_still_enqueues(redis_client: Any, redis_url
                                        decode_responses=True)
         queue = Queue(limited, "limited")
         job = queue.enqueue("t", {})
-        assert limited.hget(queue.keys.job(job.job_id), "status") == "queued"
+        assert read_record(limited, queue, job.job_id)["status"] == "queued"
         assert redis_client.smembers(keys.queue_registry()) == set()
         assert queue._registered is False
         limited.close()

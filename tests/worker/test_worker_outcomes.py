@@ -11,7 +11,7 @@ from antre import Backoff, Permanent, Queue, Retry
 from antre.failures import UNKNOWN_TYPE_GRACE_S
 from antre.handlers import HandlerRegistry
 from antre.jobs import JobInfo
-from invariants import assert_invariants, read_record
+from invariants import as_queued_hash, assert_invariants, read_record
 from worker_harness import eventually, running_worker, status_of
 
 
@@ -91,6 +91,7 @@ async def test_an_undecodable_payload_goes_dead_saying_why(redis_client, aredis,
 
     queue = Queue(redis_client, settings=qs)
     garbled = queue.enqueue("known", {"a": 1}).job_id
+    as_queued_hash(redis_client, qs, garbled)
     redis_client.hset(qs.keys.job(garbled), "payload", "{not json")
     async with running_worker(aredis, qs, registry):
         await eventually(lambda: status_of(redis_client, qs, garbled) == "dead")
@@ -111,6 +112,7 @@ async def test_an_unknown_type_is_retried_without_spending_attempts_then_dead(
     young = queue.enqueue("new-type", max_attempts=1).job_id
     old = queue.enqueue("gone-type", max_attempts=5).job_id
     created = int(read_record(redis_client, qs, old).get("created_at"))
+    as_queued_hash(redis_client, qs, old)
     redis_client.hset(qs.keys.job(old), "created_at", created - int(UNKNOWN_TYPE_GRACE_S * 1000))
     async with running_worker(aredis, qs, registry):
         await eventually(lambda: status_of(redis_client, qs, young) == "retrying")

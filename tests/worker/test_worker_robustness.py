@@ -16,7 +16,7 @@ import time
 
 from antre import Backoff, HandlerRegistry, Job, Queue, Retry
 from antre.metrics import WorkerMetrics
-from invariants import assert_invariants, read_record
+from invariants import as_queued_hash, assert_invariants, read_record
 from worker_harness import eventually, running_worker, status_of
 
 
@@ -31,6 +31,7 @@ async def test_foreign_headers_do_not_stop_the_job(redis_client, aredis, qs):
     queue = Queue(redis_client, settings=qs)
     ids = [queue.enqueue("t").job_id for _ in range(3)]
     for job_id, headers in zip(ids, ("traceparent=00-abc", "[1, 2]", '{"a": 1}'), strict=True):
+        as_queued_hash(redis_client, qs, job_id)
         redis_client.hset(qs.keys.job(job_id), "headers", headers)
     async with running_worker(aredis, qs, registry):
         await eventually(lambda: all(status_of(redis_client, qs, i) == "done" for i in ids))
@@ -203,6 +204,7 @@ async def test_duplicates_are_logged_and_counted(redis_client, aredis, qs, caplo
     # A second job with the completed key (its dedupe window on enqueue was bypassed), changed
     # while no worker runs: an idle worker claims a new job within a round trip.
     second = queue.enqueue("t", idempotency_key="order-2").job_id
+    as_queued_hash(redis_client, qs, second)
     redis_client.hset(qs.keys.job(second), "idempotency_key", "order-1")
     async with running_worker(aredis, qs, registry, metrics=metrics):
         await eventually(lambda: status_of(redis_client, qs, second) == "done")

@@ -11,7 +11,10 @@ Layout for prefix ``antre`` and queue ``Q`` (Redis type in brackets):
 - ``antre:{Q}:retry``        [ZSET]   job id -> due time (ms); retries and delayed jobs
 - ``antre:{Q}:dead_letters`` [ZSET]   dead-lettered job id -> when it died (microseconds)
 - ``antre:{Q}:dead``         [List]   dead ids as older versions kept them; the reaper moves them
-- ``antre:{Q}:job:<id>``     [Hash]   the job record (see PROTOCOL.md)
+- ``antre:{Q}:queued``       [Hash]   job id -> the packed record of a job not claimed yet (enqueue writes
+                                      it; the claim turns it into the job's own Hash)
+- ``antre:{Q}:job:<id>``     [Hash]   the job record once claimed (packed String once finished or dead;
+                                      see PROTOCOL.md)
 - ``antre:{Q}:idem:<key>``   [String] idempotency key -> ``<job id>[|<digest>]``, then ``...|done``
 - ``antre:{Q}:lock:<res>``   [String] resource lock -> ``<job id>:<lease token>``
 - ``antre:{Q}:stats``        [Hash]   counters (done, dead, retried, ...)
@@ -82,6 +85,12 @@ class QueueKeys:
     @property
     def ready(self) -> str:
         return self.base + "queue"
+
+    @property
+    def queued(self) -> str:
+        """The records of jobs enqueued and not yet claimed, one field each (an id names a job
+        while its field here or its own key exists)."""
+        return self.base + "queued"
 
     @property
     def processing(self) -> str:

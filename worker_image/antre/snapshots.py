@@ -165,10 +165,12 @@ def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | N
     scanned_keys, scan_complete = yield _Scan(k.lock_prefix + "*")
 
     calls = [_call("hmget", k.job(job_id), "type", "worker", "attempt") for job_id, _ in expired]
-    calls += [_call("hmget", k.job(job_id), "type", "attempt", "last_error")
-              for job_id, _ in overdue]
     calls += [_call("hget", k.job(job_id), "resource_key") for job_id in running]
     replies = iter((yield _Pipeline(calls)) if calls else ())
+    # A job delayed at enqueue is still a field of the queued Hash: read as every reader reads.
+    overdue_replies: list[list[str | None]] = []
+    for chunk in scripts.chunked([job_id for job_id, _ in overdue]) if overdue else ():
+        overdue_replies += yield fields_op(settings, chunk, ("type", "attempt", "last_error"))
     dead_replies = yield from _dead_records(settings, dead_pairs, known_dead)
 
     leases = []
@@ -178,8 +180,8 @@ def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | N
             job_id=job_id, job_type=job_type or "?", worker=worker or "",
             attempt=_int(attempt), expired_for_s=max(now - deadline, 0) / 1000))
     retries = []
-    for job_id, due in overdue:
-        job_type, attempt, last_error = next(replies)
+    for (job_id, due), (job_type, attempt, last_error) in zip(overdue, overdue_replies,
+                                                              strict=True):
         retries.append(findings.OverdueRetry(
             job_id=job_id, job_type=job_type or "?", attempt=_int(attempt),
             overdue_s=max(now - due, 0) / 1000, last_error=last_error or ""))

@@ -203,10 +203,12 @@ async def find_job(queue: AsyncQueue, text: str) -> str | None:
         return None
     k, redis_client = queue.keys, queue.redis
     pipe = redis_client.pipeline(transaction=False)
+    # A job not claimed yet is a field of the queued Hash; any other has its own key.
     pipe.exists(k.job(text) if valid_job_id(text) else k.job("-"))
+    pipe.hexists(k.queued, text)
     pipe.get(k.idempotency(text))
-    exists, marker = await pipe.execute()
-    if exists and valid_job_id(text):
+    exists, queued, marker = await pipe.execute()
+    if (exists or queued) and valid_job_id(text):
         return text
     if isinstance(marker, str):
         return marker.split("|", 1)[0]

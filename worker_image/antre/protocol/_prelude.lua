@@ -260,6 +260,60 @@ local function unpack_record(text, id)
   return r
 end
 
+-- A job enqueued and not claimed yet is a field of the queue's `queued` Hash: id -> a JSON
+-- array, [type, payload (text), created_at, max_attempts, extras], the head of a packed record.
+-- A Hash per job costs about 140 B of Redis before its first field; a field of one shared Hash
+-- about 106 B with its value. `extras` (left out when empty) holds `q` (the due time of a job
+-- enqueued with a delay) and the short names of PACKED_NAMES (`i` idempotency_key, `d` its
+-- digest, `r` resource_key, `H` headers). Everything else is implied: attempt and lease 0, the
+-- `enqueued` history entry at created_at, and the status: `scheduled` while the id is in the
+-- retry set, `queued` after. The claim turns the field into the job's Hash; every other live
+-- state keeps its Hash, so an id names a job while its field or its key exists.
+local function queued_value(job_type, payload, created_at, max_attempts, extras)
+  local packed = {job_type, payload, created_at, json_integer(max_attempts)}
+  if extras then packed[5] = extras end
+  return cjson.encode(packed)
+end
+
+-- The record a queued field holds, as field -> value (the fields of its Hash form, status
+-- 'queued'). A value that does not decode (a hand edit) gives a record without its counters,
+-- which the claim dead-letters as malformed with the value kept in `queued_value`.
+local function queued_record(text, id)
+  local ok, packed = pcall(cjson.decode, text)
+  if not ok or type(packed) ~= 'table' then
+    return {id = id, status = 'queued', queued_value = text}
+  end
+  local extras = type(packed[5]) == 'table' and packed[5] or {}
+  local r = {id = id, type = stored_text(packed[1]), payload = stored_text(packed[2]),
+    created_at = stored_text(packed[3]), max_attempts = stored_text(packed[4]),
+    status = 'queued', attempt = '0', lease = '0', schema_version = '1', events = '1',
+    queued_at = stored_text(extras.q)}
+  local created = tonumber(r.created_at)
+  if created then r['h:1'] = 'enqueued|' .. string.format('%x', created) .. '|0' end
+  for name, key in pairs(PACKED_NAMES) do r[name] = stored_text(extras[key]) end
+  return r
+end
+
+-- A record table as the flat field/value list HSET takes, appended to `flat` if given.
+local function flat_fields(r, flat)
+  flat = flat or {}
+  for name, value in pairs(r) do
+    flat[#flat + 1] = name
+    flat[#flat + 1] = value
+  end
+  return flat
+end
+
+-- The record of a job still in the queued Hash, its status from where its id waits; nil when
+-- the id has no field there.
+local function queued_job(queued_key, retry_key, id)
+  local text = redis.pcall('HGET', queued_key, id)
+  if type(text) ~= 'string' then return nil end
+  local r = queued_record(text, id)
+  if redis.call('ZSCORE', retry_key, id) then r.status = 'scheduled' end
+  return r
+end
+
 -- The record at `key` as field -> value, whichever form it has; nil when there is none (or
 -- the key holds something that is not a record). `id` is a packed record's id (its key's tail).
 local function record_table(key, id)
@@ -302,11 +356,7 @@ local function unpack_in_place(key, id)
   if redis.call('TYPE', key)['ok'] ~= 'string' then return end
   local r = unpack_record(redis.call('GET', key), id)
   if not r then return end
-  local flat = {}
-  for name, value in pairs(r) do
-    flat[#flat + 1] = name
-    flat[#flat + 1] = value
-  end
+  local flat = flat_fields(r)
   redis.call('DEL', key)
   for first = 1, #flat, 1000 do
     redis.call('HSET', key, unpack(flat, first, math.min(first + 999, #flat)))
@@ -356,19 +406,25 @@ local function zrem_all(key, members)
   end
 end
 
--- Moves due ids from the retry ZSET to the head of the ready list, earliest due first.
-local function promote_due(ready_key, retry_key, job_prefix, now, limit)
+-- Moves due ids from the retry ZSET to the head of the ready list, earliest due first. A job
+-- delayed at enqueue is still a field of the queued Hash, whose status follows from where its
+-- id is: moving the id is all it needs.
+local function promote_due(ready_key, retry_key, queued_key, job_prefix, now, limit)
   local due = redis.call('ZRANGEBYSCORE', retry_key, '-inf', now, 'LIMIT', 0, limit)
   local n = #due
   if n == 0 then return 0 end
   zrem_all(retry_key, due)
   for i = n, 1, -1 do
     local id = due[i]
-    local job_key = job_prefix .. id
-    -- A live job always has its record; a missing one (evicted) is dropped, not resurrected.
-    if redis.call('EXISTS', job_key) == 1 then
-      redis.pcall('HSET', job_key, 'status', 'queued', 'queued_at', now)
+    if redis.pcall('HEXISTS', queued_key, id) == 1 then
       redis.call('RPUSH', ready_key, id)
+    else
+      local job_key = job_prefix .. id
+      -- A live job always has its record; a missing one (evicted) is dropped, not resurrected.
+      if redis.call('EXISTS', job_key) == 1 then
+        redis.pcall('HSET', job_key, 'status', 'queued', 'queued_at', now)
+        redis.call('RPUSH', ready_key, id)
+      end
     end
   end
   return n

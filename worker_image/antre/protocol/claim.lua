@@ -5,8 +5,11 @@
 -- KEYS[4] -> <prefix>:{Q}:stats       (Hash)
 -- KEYS[5] -> <prefix>:{Q}:dead_letters (ZSET; a malformed job, or one whose resource stays busy
 --            too long)
+-- KEYS[6] -> <prefix>:{Q}:queued      (Hash, id -> packed record of a job enqueued and not
+--            claimed yet; the claim turns the field into the job's Hash)
 -- Undeclared keys, all under the same {Q} hash tag, so Cluster-safe: the job hashes
--- <prefix>:{Q}:job:<id>, idempotency keys <prefix>:{Q}:idem:<k> and resource locks
+-- <prefix>:{Q}:job:<id> (a popped id's record is its queued field, or else its Hash: a job
+-- requeued, retried or replayed, or written by an older version or a foreign producer), idempotency keys <prefix>:{Q}:idem:<k> and resource locks
 -- <prefix>:{Q}:lock:<r>; their names are only known after the pop.
 -- ARGV[1] -> max jobs to claim
 -- ARGV[2] -> lease_ms (visibility timeout)
@@ -26,14 +29,14 @@
 --         counters is dead-lettered ('malformed record'), never thrown on, because a runtime
 --         error would strand the jobs already popped.
 local ready_key, processing_key, retry_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local dead_key = KEYS[5]
+local dead_key, queued_key = KEYS[5], KEYS[6]
 local max_jobs, lease_ms, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local job_prefix, idem_prefix, lock_prefix = ARGV[4], ARGV[5], ARGV[6]
 local promote_limit, lock_defer_ms = tonumber(ARGV[7]), tonumber(ARGV[8])
 local lock_max_deferrals, done_ttl_ms = tonumber(ARGV[9]), tonumber(ARGV[10])
 local now = now_ms()
 
-promote_due(ready_key, retry_key, job_prefix, now, promote_limit)
+promote_due(ready_key, retry_key, queued_key, job_prefix, now, promote_limit)
 
 local ids = redis.call('RPOP', ready_key, max_jobs)
 if not ids then
@@ -53,17 +56,37 @@ local function refuse(job_key, id, events, attempt, reason)
   redis.call('HINCRBY', stats_key, 'dead', 1)
 end
 
+-- The Hash a job enqueued as a queued field becomes, written before any other change to it.
+local function materialise(job_key, fresh)
+  redis.call('HSET', job_key, unpack(flat_fields(fresh)))
+end
+
 for _, id in ipairs(ids) do
   local job_key = job_prefix .. id
-  -- pcall: a key of the wrong type must not abort the script with jobs already popped.
-  local f = read_fields(job_key, 'type', 'payload', 'attempt', 'max_attempts', 'lease',
-    'idempotency_key', 'resource_key', 'created_at', 'headers', 'events', 'status',
-    'lock_deferrals', 'lock_kept')
+  local f
+  -- A fresh job is a field of the queued Hash: it becomes the job's own Hash here (in the same
+  -- HSET as its claim when it runs). Any other id has its Hash already.
+  -- pcall, as below: a queued key of the wrong type (a hand edit) reads as no field.
+  local queued_text = redis.pcall('HGET', queued_key, id)
+  local fresh = nil
+  if type(queued_text) == 'string' then
+    redis.call('HDEL', queued_key, id)
+    fresh = queued_record(queued_text, id)
+    f = {fresh.type, fresh.payload, fresh.attempt, fresh.max_attempts, fresh.lease,
+      fresh.idempotency_key, fresh.resource_key, fresh.created_at, fresh.headers, fresh.events,
+      fresh.status}
+  else
+    -- pcall: a key of the wrong type must not abort the script with jobs already popped.
+    f = read_fields(job_key, 'type', 'payload', 'attempt', 'max_attempts', 'lease',
+      'idempotency_key', 'resource_key', 'created_at', 'headers', 'events', 'status',
+      'lock_deferrals', 'lock_kept')
+  end
   local job_type, status = f[1], f[11]
   local attempt, lease = tonumber(f[3]), tonumber(f[5])
   local max_attempts, created_at = tonumber(f[4]), tonumber(f[8])
   if status == 'queued' and not (job_type and attempt and lease and max_attempts and created_at
       and f[2]) then
+    if fresh then materialise(job_key, fresh) end
     refuse(job_key, id, f[10], f[3], 'malformed record: type, attempt, lease, max_attempts, '
       .. 'created_at and payload must be set (see PROTOCOL.md)')
   elseif status == 'queued' then
@@ -94,6 +117,7 @@ for _, id in ipairs(ids) do
         redis.call('SET', lock_key, token, 'PX', lease_ms)
       end
     end
+    if fresh and outcome ~= 'run' then materialise(job_key, fresh) end
     if broken then
       -- pcall above: a runtime error would strand every job popped in this call.
       outcome = 'broken'
@@ -102,7 +126,11 @@ for _, id in ipairs(ids) do
 
     if outcome == 'run' then
       local n, hfield, hvalue = history_entry(f[10], 'claimed', now, attempt, worker, nil)
-      if f[12] then
+      if fresh then
+        fresh.status, fresh.attempt, fresh.lease, fresh.worker = 'processing', attempt, lease, worker
+        fresh.updated_at, fresh.events, fresh[hfield] = now, n, hvalue
+        materialise(job_key, fresh)
+      elseif f[12] then
         -- The bound on waits for a busy resource is per wait, not over the job's whole life.
         redis.call('HSET', job_key, 'status', 'processing', 'attempt', attempt, 'lease', lease,
           'worker', worker, 'updated_at', now, 'events', n, hfield, hvalue, 'lock_deferrals', 0)

@@ -62,7 +62,7 @@ def claim_op(settings: QueueSettings, worker_settings: WorkerSettings, *, worker
     max_jobs = min(max_jobs, scripts.MAX_JOBS_PER_CALL)
     return Op(
         load("claim"),
-        [k.ready, k.processing, k.retry, k.stats, k.dead],
+        [k.ready, k.processing, k.retry, k.stats, k.dead, k.queued],
         [
             max_jobs, worker_settings.lease_ms, worker_id, k.job_prefix, k.idempotency_prefix,
             k.lock_prefix, PROMOTE_LIMIT, int(worker_settings.lock_defer_s * 1000),

@@ -51,5 +51,5 @@ def depth_op(settings: QueueSettings) -> Op[Depth]:
         )
 
     return Op(load("depth"),
-              [k.ready, k.processing, k.retry, k.dead, k.stats, k.workers, k.legacy_dead],
+              [k.ready, k.processing, k.retry, k.dead, k.stats, k.workers, k.legacy_dead, k.queued],
               [k.job_prefix], parse)

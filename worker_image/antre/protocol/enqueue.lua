@@ -2,18 +2,22 @@
 -- KEYS[1] -> <prefix>:{Q}:queue       (List, ready ids)
 -- KEYS[2] -> <prefix>:{Q}:retry       (ZSET, delayed ids by due ms)
 -- KEYS[3] -> <prefix>:{Q}:stats       (Hash, counters)
--- KEYS[4..] -> per job: <prefix>:{Q}:job:<id>, then <prefix>:{Q}:idem:<key> when the job has one
+-- KEYS[4] -> <prefix>:{Q}:queued      (Hash, id -> the packed record of a job not claimed yet)
+-- KEYS[5..] -> per job: <prefix>:{Q}:job:<id>, then <prefix>:{Q}:idem:<key> when the job has one
+--              (the job key is only read: an id whose key exists names that job)
 -- ARGV[1] -> number of jobs
 -- ARGV[2] -> unused (was the idempotency TTL: a key now lives as long as its job)
 -- ARGV[3..] -> per job, 8 values: id, type, payload (JSON text), max_attempts, delay_ms,
 --              idempotency_key ('' = none), resource_key ('' = none), headers (JSON text or '')
+-- Writes: per new job a field of the queued Hash (see queued_value in _prelude.lua) and its id
+--         pushed on the ready list, or for a delay its due time in the retry set.
 -- Returns: flat array of pairs {job_id, created} per job; created is 0 when the job already
 --          existed: a live or completed idempotency key returned its job, or a job with that
---          id exists (it is returned untouched).
+--          id exists, as a key or a queued field (it is returned untouched).
 -- Errors: ANTRE_INVALID (a job's id, max_attempts, delay_ms or type is unusable, or one of its
 --         keys has the wrong Redis type); ANTRE_IDEMPOTENCY_CONFLICT (an idempotency key already
 --         names a job of another type or payload). Either way nothing is written.
-local ready_key, retry_key, stats_key = KEYS[1], KEYS[2], KEYS[3]
+local ready_key, retry_key, stats_key, queued_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local count = tonumber(ARGV[1])
 local now = now_ms()
 local result = {}
@@ -28,7 +32,10 @@ end
 -- protects even after its record expired; a live marker whose record is gone protects nothing.
 local function marked_job(marker, job_prefix)
   local id, digest, done = parse_marker(marker)
-  if done or redis.call('EXISTS', job_prefix .. id) == 1 then return id, digest end
+  if done or redis.call('HEXISTS', queued_key, id) == 1
+      or redis.call('EXISTS', job_prefix .. id) == 1 then
+    return id, digest
+  end
   return nil, nil
 end
 
@@ -37,7 +44,11 @@ local function invalid(j, message)
 end
 
 -- Validate every job before writing any: producers in other languages call this script too.
-local key_index = 4
+local queued_kind = redis.call('TYPE', queued_key)['ok']
+if queued_kind ~= 'hash' and queued_kind ~= 'none' then
+  return redis.error_reply('ANTRE_INVALID KEYS[4] ' .. queued_key .. ' holds the wrong Redis type')
+end
+local key_index = 5
 local batch_digests = {}
 local plan = {}
 for j = 1, count do
@@ -69,16 +80,14 @@ for j = 1, count do
   if job_type == '' then
     return invalid(j, 'type must not be empty')
   end
-  -- One read answers both: does the id name a job already, and is its key a hash at all.
-  local known = redis.pcall('HEXISTS', job_key, 'id')
-  if type(known) == 'table' then
-    -- A finished or dead record is packed (a String); any other type is not antre's.
-    if not record_table(job_key, id) then
-      return invalid(j, 'job key of id ' .. id .. ' holds the wrong Redis type')
-    end
-    known = 1
+  -- One read answers both: does the id name a job by its key (a live, finished or dead record,
+  -- or the stub an ack keeps), and is that key a record at all. A queued field is found by the
+  -- write itself (HSETNX).
+  local kind = redis.call('TYPE', job_key)['ok']
+  if kind ~= 'none' and kind ~= 'hash' and not (kind == 'string' and record_table(job_key, id)) then
+    return invalid(j, 'job key of id ' .. id .. ' holds the wrong Redis type')
   end
-  local step = {job_key = job_key, idem_key = idem_key, known = known == 1}
+  local step = {job_key = job_key, idem_key = idem_key, known = kind ~= 'none'}
   if idem_key then
     local digest = digest_of(job_type, payload)
     local marker = redis.pcall('GET', idem_key)
@@ -102,7 +111,6 @@ for j = 1, count do
 end
 
 local arg_index, created_total = 3, 0
-local created_ids = {}
 for j = 1, count do
   local id, job_type, payload = ARGV[arg_index], ARGV[arg_index + 1], ARGV[arg_index + 2]
   local max_attempts, delay_ms = ARGV[arg_index + 3], math.floor(tonumber(ARGV[arg_index + 4]))
@@ -116,34 +124,26 @@ for j = 1, count do
     if marker then existing = marked_job(marker, string.sub(job_key, 1, #job_key - #id)) end
   end
   -- An id names one job: a producer that chose an id already in use gets that job back.
-  if not existing and (plan[j].known or created_ids[id]) then existing = id end
+  if not existing and plan[j].known then existing = id end
 
-  if existing then
-    result[#result + 1] = existing
-    result[#result + 1] = 0
-  else
-    local status, entry_event = 'queued', 'enqueued'
-    if delay_ms > 0 then status = 'scheduled' end
-    -- updated_at and queued_at are left out while they equal created_at (readers fall back to
-    -- it): two fewer values keep a queued record smaller.
-    local fields = {
-      'id', id, 'type', job_type, 'payload', payload, 'status', status,
-      'attempt', 0, 'max_attempts', max_attempts, 'lease', 0, 'created_at', now,
-      'schema_version', 1,
-    }
-    if delay_ms > 0 then
-      fields[#fields + 1] = 'queued_at'; fields[#fields + 1] = now + delay_ms
+  local created = false
+  if not existing then
+    -- Fields the array does not hold, under their packed names; created_at is the array's.
+    local extras = nil
+    if delay_ms > 0 or idem ~= '' or resource ~= '' or headers ~= '' then
+      extras = {}
+      if delay_ms > 0 then extras.q = now + delay_ms end
+      if idem ~= '' then extras.i, extras.d = idem, plan[j].digest end
+      if resource ~= '' then extras.r = resource end
+      if headers ~= '' then extras.H = headers end
     end
-    if idem ~= '' then
-      fields[#fields + 1] = 'idempotency_key'; fields[#fields + 1] = idem
-      fields[#fields + 1] = 'idempotency_digest'; fields[#fields + 1] = plan[j].digest
-    end
-    if resource ~= '' then fields[#fields + 1] = 'resource_key'; fields[#fields + 1] = resource end
-    if headers ~= '' then fields[#fields + 1] = 'headers'; fields[#fields + 1] = headers end
-    local n, hfield, hvalue = history_entry(0, entry_event, now, 0, nil, nil)
-    fields[#fields + 1] = 'events'; fields[#fields + 1] = n
-    fields[#fields + 1] = hfield; fields[#fields + 1] = hvalue
-    redis.call('HSET', job_key, unpack(fields))
+    -- HSETNX: an id already queued (earlier in this batch, or by another call) keeps its job.
+    created = redis.call('HSETNX', queued_key, id,
+      queued_value(job_type, payload, now, max_attempts, extras)) == 1
+    if not created then existing = id end
+  end
+
+  if created then
     if idem_key then
       -- No expiry while the job is live; ack gives the completed key its own TTL, and cancel,
       -- purge and the dead-letter retention delete it with the job.
@@ -155,9 +155,11 @@ for j = 1, count do
       redis.call('LPUSH', ready_key, id)
     end
     created_total = created_total + 1
-    created_ids[id] = true
     result[#result + 1] = id
     result[#result + 1] = 1
+  else
+    result[#result + 1] = existing
+    result[#result + 1] = 0
   end
 end
 

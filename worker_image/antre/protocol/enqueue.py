@@ -101,7 +101,7 @@ class EnqueueCalls:
         self.settings = settings
         k = settings.keys
         self._script = load("enqueue")
-        self._queue_keys = (k.ready, k.retry, k.stats)
+        self._queue_keys = (k.ready, k.retry, k.stats, k.queued)
         self._job_prefix = k.job("")
         self._idempotency_prefix = k.idempotency("")
         self._durable = Durability.of(settings)

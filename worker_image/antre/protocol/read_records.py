@@ -1,7 +1,7 @@
-"""Reading job records in whichever form they are stored (:file:`read_records.lua`): a Hash while
-the job is live, one packed String once it is finished or dead (see PROTOCOL.md "Packed
-records"). Every reader of records goes through here, never through HGETALL, so each sees the
-same fields whatever the form.
+"""Reading job records in whichever form they are stored (:file:`read_records.lua`): a field of
+the queue's queued Hash until the job is claimed, a Hash while it is live, one packed String once
+it is finished or dead (see PROTOCOL.md "Queued jobs" and "Packed records"). Every reader of
+records goes through here, never through HGETALL, so each sees the same fields whatever the form.
 """
 
 from __future__ import annotations
@@ -13,6 +13,11 @@ from antre.protocol.scripts import Op, load
 from antre.settings import QueueSettings
 
 
+def _keys(settings: QueueSettings, job_ids: Sequence[str]) -> list[str]:
+    k = settings.keys
+    return [k.queued, k.retry, *(k.job(job_id) for job_id in job_ids)]
+
+
 def records_op(settings: QueueSettings, job_ids: Sequence[str]) -> Op[list[dict[str, str]]]:
     """Every field of each job's record, as its Hash form would hold them ({} when there is no
     record). Callers send at most MAX_JOBS_PER_CALL ids per call."""
@@ -21,7 +26,8 @@ def records_op(settings: QueueSettings, job_ids: Sequence[str]) -> Op[list[dict[
     def parse(reply: list[list[Any]]) -> list[dict[str, str]]:
         return [{str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat), 2)} for flat in reply]
 
-    return Op(load("read_records"), [k.job(job_id) for job_id in job_ids], [k.job_prefix], parse)
+    return Op(load("read_records"), _keys(settings, job_ids),
+              [k.job_prefix], parse)
 
 
 def fields_op(settings: QueueSettings, job_ids: Sequence[str],
@@ -32,5 +38,5 @@ def fields_op(settings: QueueSettings, job_ids: Sequence[str],
     def parse(reply: list[list[Any]]) -> list[list[str | None]]:
         return [[None if value is None else str(value) for value in values] for values in reply]
 
-    return Op(load("read_records"), [k.job(job_id) for job_id in job_ids],
+    return Op(load("read_records"), _keys(settings, job_ids),
               [k.job_prefix, *names], parse)

@@ -10,6 +10,8 @@
 -- KEYS[6] -> <prefix>:{Q}:reaper        (String, pass lock)
 -- KEYS[7] -> <prefix>:{Q}:workers       (ZSET)
 -- KEYS[8] -> <prefix>:{Q}:dead          (List: dead ids as older versions kept them; emptied)
+-- KEYS[9] -> <prefix>:{Q}:queued        (Hash: records of jobs not claimed yet; a delayed one
+--            is promoted by moving its id)
 -- Undeclared keys under the same {Q} tag: job hashes, resource locks, worker entries,
 -- idempotency keys.
 -- ARGV[1] -> batch limit (per kind of work)
@@ -23,6 +25,7 @@
 -- Errors: none of its own.
 local ready_key, processing_key, retry_key, dead_key, stats_key, reaper_key, workers_key,
   legacy_dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local queued_key = KEYS[9]
 local limit, pass_lock_ms, holder = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local job_prefix, lock_prefix, worker_prefix = ARGV[4], ARGV[5], ARGV[6]
 local idem_prefix, dead_ttl_ms = ARGV[7], tonumber(ARGV[8])
@@ -58,7 +61,7 @@ if dead > 0 then
   redis.call('HINCRBY', stats_key, 'lease_expired', dead)
 end
 
-local promoted = promote_due(ready_key, retry_key, job_prefix, now, limit)
+local promoted = promote_due(ready_key, retry_key, queued_key, job_prefix, now, limit)
 
 -- Registry entries expire by TTL; the index loses members whose entry is gone.
 local dropped = 0
