@@ -283,23 +283,27 @@ local function queued_record(text, id)
   if not ok or type(packed) ~= 'table' then
     return {id = id, status = 'queued', queued_value = text}
   end
-  local extras = type(packed[5]) == 'table' and packed[5] or {}
   local r = {id = id, type = stored_text(packed[1]), payload = stored_text(packed[2]),
     created_at = stored_text(packed[3]), max_attempts = stored_text(packed[4]),
-    status = 'queued', attempt = '0', lease = '0', schema_version = '1', events = '1',
-    queued_at = stored_text(extras.q)}
+    status = 'queued', attempt = '0', lease = '0', schema_version = '1', events = '1'}
   local created = tonumber(r.created_at)
   if created then r['h:1'] = 'enqueued|' .. string.format('%x', created) .. '|0' end
-  for name, key in pairs(PACKED_NAMES) do r[name] = stored_text(extras[key]) end
+  -- This runs for every job a claim pops: the usual job has no extras.
+  local extras = packed[5]
+  if type(extras) == 'table' then
+    r.queued_at = stored_text(extras.q)
+    for name, key in pairs(PACKED_NAMES) do r[name] = stored_text(extras[key]) end
+  end
   return r
 end
 
 -- A record table as the flat field/value list HSET takes, appended to `flat` if given.
 local function flat_fields(r, flat)
   flat = flat or {}
+  local n = #flat
   for name, value in pairs(r) do
-    flat[#flat + 1] = name
-    flat[#flat + 1] = value
+    flat[n + 1], flat[n + 2] = name, value
+    n = n + 2
   end
   return flat
 end

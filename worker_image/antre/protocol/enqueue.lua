@@ -32,7 +32,7 @@ end
 -- protects even after its record expired; a live marker whose record is gone protects nothing.
 local function marked_job(marker, job_prefix)
   local id, digest, done = parse_marker(marker)
-  if done or redis.call('HEXISTS', queued_key, id) == 1
+  if done or redis.pcall('HEXISTS', queued_key, id) == 1
       or redis.call('EXISTS', job_prefix .. id) == 1 then
     return id, digest
   end
@@ -44,10 +44,7 @@ local function invalid(j, message)
 end
 
 -- Validate every job before writing any: producers in other languages call this script too.
-local queued_kind = redis.call('TYPE', queued_key)['ok']
-if queued_kind ~= 'hash' and queued_kind ~= 'none' then
-  return redis.error_reply('ANTRE_INVALID KEYS[4] ' .. queued_key .. ' holds the wrong Redis type')
-end
+-- (The queued key's type is checked by the first write, below.)
 local key_index = 5
 local batch_digests = {}
 local plan = {}
@@ -138,8 +135,18 @@ for j = 1, count do
       if headers ~= '' then extras.H = headers end
     end
     -- HSETNX: an id already queued (earlier in this batch, or by another call) keeps its job.
-    created = redis.call('HSETNX', queued_key, id,
-      queued_value(job_type, payload, now, max_attempts, extras)) == 1
+    -- It is the batch's first write, so a queued key of the wrong type (a hand edit) is refused
+    -- here with nothing written (pcall); once it succeeded, the key is a Hash.
+    local written = redis.pcall('HSETNX', queued_key, id,
+      queued_value(job_type, payload, now, max_attempts, extras))
+    if type(written) == 'table' then
+      if string.find(written.err or '', 'WRONGTYPE', 1, true) then
+        return redis.error_reply('ANTRE_INVALID KEYS[4] ' .. queued_key
+          .. ' holds the wrong Redis type')
+      end
+      return written  -- any other error as Redis gave it (at maxmemory: OOM, the backpressure)
+    end
+    created = written == 1
     if not created then existing = id end
   end
 
