@@ -9,8 +9,9 @@
 --            claimed yet; the claim turns the field into the job's Hash)
 -- Undeclared keys, all under the same {Q} hash tag, so Cluster-safe: the job hashes
 -- <prefix>:{Q}:job:<id> (a popped id's record is its queued field, or else its Hash: a job
--- requeued, retried or replayed, or written by an older version or a foreign producer), idempotency keys <prefix>:{Q}:idem:<k> and resource locks
--- <prefix>:{Q}:lock:<r>; their names are only known after the pop.
+-- requeued, retried or replayed, or written by an older version or a foreign producer),
+-- idempotency keys <prefix>:{Q}:idem:<k> and resource locks <prefix>:{Q}:lock:<r>; their names
+-- are only known after the pop.
 -- ARGV[1] -> max jobs to claim
 -- ARGV[2] -> lease_ms (visibility timeout)
 -- ARGV[3] -> worker id
@@ -127,7 +128,8 @@ for _, id in ipairs(ids) do
     if outcome == 'run' then
       local n, hfield, hvalue = history_entry(f[10], 'claimed', now, attempt, worker, nil)
       if fresh then
-        fresh.status, fresh.attempt, fresh.lease, fresh.worker = 'processing', attempt, lease, worker
+        fresh.status, fresh.attempt, fresh.lease = 'processing', attempt, lease
+        fresh.worker = worker
         fresh.updated_at, fresh.events, fresh[hfield] = now, n, hvalue
         materialise(job_key, fresh)
       elseif f[12] then
