@@ -76,6 +76,17 @@ def test_scan_finds_a_lock_no_running_job_holds(redis_client: Any) -> None:
         == [("by-hand", False)]
 
 
+def test_an_overdue_delayed_job_is_read_while_it_is_a_queued_field(redis_client: Any) -> None:
+    """A job enqueued with a delay stays a field of the queued Hash until claimed: doctor's
+    overdue retries read it as every reader does (HMGET of a job key found nothing)."""
+    queue = Queue(redis_client, "q")
+    job_id = queue.enqueue("report", {}, delay=3600).job_id
+    queue.redis.zadd(queue.keys.retry, {job_id: queue_states.server_ms(queue) - 120_000})
+    snapshot = snapshots.read_snapshot(queue, sample_gap_s=0)
+    assert [(retry.job_id, retry.job_type, retry.attempt) for retry in snapshot.overdue_retries] \
+        == [(job_id, "report", 0)]
+
+
 def test_throughput_from_the_counters() -> None:
     def depth(now_ms: int, **counters: int) -> Depth:
         return Depth(now_ms=now_ms, ready=0, processing=0, expired_leases=0, scheduled=0, due=0,
