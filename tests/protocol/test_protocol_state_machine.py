@@ -1,5 +1,6 @@
 """A hypothesis state machine over the protocol: random sequences of enqueue (an idempotency key
-reused for the same or another payload), claim, ack with the current or a stale token, fail,
+reused for the same or another payload; a queued field, or a job Hash as a producer in another
+language writes it), claim, ack with the current or a stale token, fail,
 release, lease expiry + reap, replay and cancel. After every step the queue invariant holds and
 every job's status and attempt match a plain Python model."""
 
@@ -76,6 +77,26 @@ def build_machine(r):
             if idem:
                 self.markers[idem] = result.job_id
                 self.payloads[idem] = payload
+
+        @rule(delay=st.sampled_from([False, False, True]))
+        def enqueue_as_a_hash(self, delay):
+            """A job Hash as earlier versions and producers in other languages write it
+            (PROTOCOL.md), beside the queued fields enqueue writes: the claim takes both."""
+            job_id = f"h{len(self.jobs)}"
+            now = int(r.time()[0]) * 1000
+            record = {"id": job_id, "type": "t", "payload": "1", "status": "queued",
+                      "attempt": 0, "max_attempts": QS.max_attempts, "lease": 0,
+                      "created_at": now, "schema_version": 1}
+            pipe = r.pipeline(transaction=True)
+            if delay:
+                pipe.hset(QS.keys.job(job_id), mapping={**record, "status": "scheduled",
+                                                        "queued_at": now + 60_000})
+                pipe.zadd(QS.keys.retry, {job_id: now + 60_000})
+            else:
+                pipe.hset(QS.keys.job(job_id), mapping=record)
+                pipe.lpush(QS.keys.ready, job_id)
+            pipe.execute()
+            self.jobs[job_id] = Model("scheduled" if delay else "queued", due=False)
 
         @rule(max_jobs=st.integers(1, 3))
         def claim(self, max_jobs):
