@@ -1,6 +1,15 @@
 """Plain ``def`` handlers, run in a pool of threads beside the worker's event loop.
 
-A thread cannot be interrupted. When one overruns its job timeout, :meth:`HandlerThreads.call`
+A thread that returns starts the next prefetched job itself when the worker has *armed* one
+(:meth:`HandlerThreads.arm`), as dramatiq's threads take their next message: the slot goes
+straight on to the next handler, without the round of hand-offs through the event loop (the
+result to the loop, the loop to a pool thread) that a busy machine makes wait for a core each
+time. The armed runs, behind one lock, are the only state threads touch: the thread tells the
+loop what it returned and what it started in one callback, and the loop keeps every other
+count. A run the worker takes back (:meth:`disarm`, :meth:`disarm_all` at shutdown) is one no
+thread started.
+
+A thread cannot be interrupted. When one overruns its job timeout, :meth:`HandlerThreads.wait`
 raises :class:`ThreadTimeout` at once (the worker fails the run), and the thread is *overdue*:
 it keeps its concurrency slot until it returns, so a stuck handler never has work piling up
 behind it. Its resource lock stays held too: once the worker has settled the job keeping the
@@ -11,7 +20,9 @@ thread runs, and the thread's return frees it, so the next run on that resource 
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +35,11 @@ from antre.runs import Run
 #: Thread names start with this; ``antre worker`` exits without joining such threads.
 THREAD_NAME_PREFIX = "antre-handler"
 
+HandlerCall = tuple[Callable[[Any], Any], Any]
+"""A handler and the job to call it with."""
+#: What a thread's handler call ended with: its return value, or the exception it raised.
+_Outcome = tuple[Any, BaseException | None]
+
 
 class ThreadTimeout(Exception):
     """A plain ``def`` handler overran its timeout and its thread is still running."""
@@ -32,6 +48,8 @@ class ThreadTimeout(Exception):
 @dataclass(slots=True, eq=False)
 class _Thread:
     run: Run
+    #: Resolved on the loop with what the handler returned.
+    returned: asyncio.Future[Any]
     #: Monotonic time the job timeout passed, or None while within it.
     overdue_since: float | None = None
     #: The job was settled with its resource lock kept for this thread.
@@ -40,13 +58,22 @@ class _Thread:
 
 class HandlerThreads:
     def __init__(self, concurrency: int, *, on_slot_freed: Callable[[], None],
-                 on_lock_freed: Callable[[Run], None]) -> None:
+                 on_lock_freed: Callable[[Run], None],
+                 on_started: Callable[[Run, Any, asyncio.Future[Any], float], None]) -> None:
         self._executor = ThreadPoolExecutor(max_workers=concurrency,
                                             thread_name_prefix=THREAD_NAME_PREFIX)
         self._on_slot_freed = on_slot_freed
         #: Called when a thread that kept its run's lock returns: the lock is to be freed.
         self._on_lock_freed = on_lock_freed
+        #: Called when a thread started an armed run: the run, its job, the future the thread's
+        #: return resolves, and the monotonic time the handler started.
+        self._on_started = on_started
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: Threads running a handler, as the loop knows them (only the loop touches this).
         self._threads: dict[Run, _Thread] = {}
+        #: Prefetched runs a returning thread may start, oldest first; guarded by _armed_lock.
+        self._armed: collections.OrderedDict[Run, HandlerCall] = collections.OrderedDict()
+        self._armed_lock = threading.Lock()
 
     @property
     def overdue(self) -> int:
@@ -78,28 +105,106 @@ class HandlerThreads:
         else:
             thread.keeps_lock = True
 
-    async def call(self, run: Run, fn: Callable[[Any], Any], job: Any,
-                   timeout_s: float | None) -> None:
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._executor, fn, job)
-        thread = self._threads[run] = _Thread(run)
+    # -- armed runs ------------------------------------------------------------------------
 
-        def returned(_: asyncio.Future[Any]) -> None:
-            del self._threads[run]
-            if thread.overdue_since is not None:
-                self._on_slot_freed()
-            if thread.keeps_lock:
-                self._on_lock_freed(run)
+    def arm(self, run: Run, fn: Callable[[Any], Any], job: Any) -> None:
+        """Lets the next thread that returns start ``run`` (a prefetched run, leased)."""
+        with self._armed_lock:
+            self._armed[run] = (fn, job)
 
-        future.add_done_callback(returned)
-        done, _ = await asyncio.wait({future}, timeout=timeout_s)
+    def disarm(self, run: Run) -> bool:
+        """Takes ``run`` back: True if no thread started it (the caller now owns its start),
+        False if one did (its start is on its way to ``on_started``)."""
+        with self._armed_lock:
+            return self._armed.pop(run, None) is not None
+
+    def disarm_all(self) -> list[Run]:
+        """Takes every armed run back (shutdown): no thread starts anything after this."""
+        with self._armed_lock:
+            runs = list(self._armed)
+            self._armed.clear()
+        return runs
+
+    @property
+    def armed(self) -> int:
+        return len(self._armed)
+
+    # -- running ---------------------------------------------------------------------------
+
+    def start(self, run: Run, fn: Callable[[Any], Any], job: Any) -> asyncio.Future[Any]:
+        """Runs ``fn(job)`` in a free thread; the future resolves with what it returned."""
+        self._loop = loop = asyncio.get_running_loop()
+        returned: asyncio.Future[Any] = loop.create_future()
+        self._threads[run] = _Thread(run, returned)
+        self._executor.submit(self._work, loop, run, fn, job)
+        return returned
+
+    async def wait(self, run: Run, returned: asyncio.Future[Any], timeout_s: float | None) -> None:
+        """Waits for ``run``'s handler (started by :meth:`start` or by a returning thread);
+        raises what it raised, or :class:`ThreadTimeout` once ``timeout_s`` has passed."""
+        done, _ = await asyncio.wait({returned}, timeout=timeout_s)
         if not done:
-            thread.overdue_since = time.monotonic()
+            thread = self._threads.get(run)
+            if thread is not None:
+                thread.overdue_since = time.monotonic()
             raise ThreadTimeout
-        result = future.result()
+        result = returned.result()
         if inspect.isawaitable(result):  # a sync wrapper around a coroutine function
             await (asyncio.wait_for(result, timeout_s) if timeout_s is not None else result)
 
+    def _work(self, loop: asyncio.AbstractEventLoop, run: Run, fn: Callable[[Any], Any],
+              job: Any) -> None:
+        """In a pool thread: runs the handler, then each armed run it takes, until none is."""
+        while True:
+            outcome: _Outcome
+            try:
+                outcome = (fn(job), None)
+            except BaseException as exc:  # handed to the loop, as a pool's future would
+                outcome = (None, exc)
+            with self._armed_lock:
+                taken = self._take_armed()
+                # Under the lock: once the loop takes the armed runs back, every start a
+                # thread made is already queued for it.
+                started_at = time.monotonic()
+                try:
+                    loop.call_soon_threadsafe(self._returned, run, outcome, taken, started_at)
+                except RuntimeError:  # the loop is closed: the process is ending
+                    return
+            if taken is None:
+                return
+            run, (fn, job) = taken
+
+    def _take_armed(self) -> tuple[Run, HandlerCall] | None:
+        """The oldest armed run still worth starting (under the lock). One found lost or given
+        back is dropped; the worker skips it too."""
+        while self._armed:
+            taken = self._armed.popitem(last=False)
+            if not (taken[0].lost or taken[0].released):
+                return taken
+        return None
+
+    def _returned(self, run: Run, outcome: _Outcome,
+                  taken: tuple[Run, HandlerCall] | None, started_at: float) -> None:
+        """On the loop: ``run``'s thread returned, and started ``taken`` if not None."""
+        thread = self._threads.pop(run)
+        result, error = outcome
+        if thread.overdue_since is None and not thread.returned.done():  # else nobody waits
+            if error is None:
+                thread.returned.set_result(result)
+            else:
+                thread.returned.set_exception(error)
+        if taken is not None:
+            next_run, (_, job) = taken
+            assert self._loop is not None
+            returned = self._loop.create_future()
+            self._threads[next_run] = _Thread(next_run, returned)
+            self._on_started(next_run, job, returned, started_at)
+        if thread.overdue_since is not None:
+            self._on_slot_freed()
+        if thread.keeps_lock:
+            self._on_lock_freed(run)
+
     def shutdown(self) -> None:
         """Stops taking work; threads still running are not waited for."""
+        self.disarm_all()
         self._executor.shutdown(wait=False, cancel_futures=True)

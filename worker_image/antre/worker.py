@@ -83,8 +83,9 @@ class Worker:
         #: When the worker started, on the Redis clock (read at start), for uptimes.
         self.started_at_ms: int | None = None
         self._running = 0
-        #: Runs claimed ahead of a free slot (prefetch), leased and renewed, in claim order.
-        self._waiting: collections.deque[Run] = collections.deque()
+        #: Runs claimed ahead of a free slot (prefetch), leased and renewed, in claim order;
+        #: a run of a plain ``def`` handler maps to the job it is armed with (see _arm).
+        self._waiting: collections.OrderedDict[Run, Job | None] = collections.OrderedDict()
         self.prefetch = PrefetchSizer(settings.prefetch_jobs)
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -99,7 +100,8 @@ class Worker:
         self.held = HeldRuns(self.outcomes, lease_s=settings.visibility_timeout_s)
         scripts.check_durable_client(redis, queue)
         self.threads = HandlerThreads(settings.concurrency, on_slot_freed=self._on_slot_freed,
-                                      on_lock_freed=lambda run: self.settler.unlock_soon(run))
+                                      on_lock_freed=lambda run: self.settler.unlock_soon(run),
+                                      on_started=self._on_thread_started)
         self.settler = Settler(redis, queue, settings, worker_id=self.worker_id,
                                outages=self.outages, outcomes=self.outcomes, held=self.held,
                                threads=self.threads)
@@ -121,6 +123,7 @@ class Worker:
         """Begins a graceful shutdown (what SIGTERM does); ``run`` returns when it is over."""
         self._stopping.set()
         self._slot_freed.set()
+        self.threads.disarm_all()  # no thread starts a prefetched run from now on
         if self._idle_wait is not None:
             self._idle_wait.cancel()
         if self._loop is not None:
@@ -206,7 +209,7 @@ class Worker:
         handlers are cancelled first; a run that cannot be stopped (a thread) keeps its resource
         lock while the process lives, and the lock expires one lease after it exits."""
         deadline = time.monotonic() + self.settings.grace_period_s
-        waiting = [run for run in self._waiting if not run.lost]
+        waiting = [run for run in self._waiting if not run.lost and not self.threads.running(run)]
         self._waiting.clear()
         if waiting:  # prefetched, never started: back to the queue at once
             for run in waiting:
@@ -305,8 +308,11 @@ class Worker:
                 self.held.add(runs, claim_sent_at=claim_sent_at)
                 for run in runs:
                     tracing.record_claim(self.queue.name, run.claimed, claim_ns, time.time_ns())
-                self._waiting.extend(runs)
+                self._waiting.update(dict.fromkeys(runs))
                 self._start_waiting()
+                for run in runs:
+                    if run in self._waiting:
+                        self._arm(run)
                 continue
             if result.duplicates:
                 continue
@@ -341,26 +347,49 @@ class Worker:
         found lost is dropped)."""
         while (self._waiting and not self._stopping.is_set()
                and self._running + self.threads.overdue < self.settings.concurrency):
-            run = self._waiting.popleft()
+            run, job = self._waiting.popitem(last=False)
+            if job is not None and not self.threads.disarm(run):
+                continue  # a returning thread started it: _on_thread_started has it
             if not run.lost and not run.released:
-                self._start(run)
+                self._start(run, job)
+
+    def _arm(self, run: Run) -> None:
+        """Lets a returning handler thread start ``run`` itself, with no hop through the loop
+        (:mod:`antre.handler_threads`), when it is a valid job for a plain ``def`` handler."""
+        handler = self.handlers.get(run.claimed.type)
+        if handler is None or handler.is_async or self._stopping.is_set():
+            return
+        job = self._job(run.claimed)
+        if isinstance(job, Job):
+            self._waiting[run] = job
+            self.threads.arm(run, handler.fn, job)
+
+    def _on_thread_started(self, run: Run, job: Job, returned: asyncio.Future[Any],
+                           started_at: float) -> None:
+        self._waiting.pop(run, None)
+        self._start(run, job, returned, started_at)
 
     def _on_slot_freed(self) -> None:
         self._start_waiting()
         self._slot_freed.set()
 
-    def _start(self, run: Run) -> None:
+    def _start(self, run: Run, job: Job | None = None, returned: asyncio.Future[Any] | None = None,
+               started_at: float | None = None) -> None:
+        """Runs ``run`` in a slot: ``job`` if it was prepared, and for a run a handler thread
+        already started (``started_at``), the future of that thread's return."""
         self._running += 1
-        run.started = time.monotonic()  # the job's time runs from here, not from the claim
-        run.task = asyncio.create_task(self._execute(run))
+        # The job's time runs from here, not from the claim.
+        run.started = time.monotonic() if started_at is None else started_at
+        run.task = asyncio.create_task(self._execute(run, job, returned))
         logs.job_event("claimed", run.claimed, worker_id=self.worker_id, level=logging.DEBUG)
 
-    async def _execute(self, run: Run) -> None:
+    async def _execute(self, run: Run, job: Job | None,
+                       returned: asyncio.Future[Any] | None) -> None:
         claimed = run.claimed
         handler = self.handlers.get(claimed.type)
         try:
             try:
-                failure = await self._attempt(handler, run)
+                failure = await self._attempt(handler, run, job, returned)
             except Exception as exc:  # a defect of ours or a hostile record: never strand a lease
                 log.exception("internal error running a job", extra={"job_id": claimed.id})
                 failure = Failure(f"internal error: {type(exc).__name__}: {exc}")
@@ -379,15 +408,13 @@ class Worker:
         await self.settler.fail(run, failure, handler.backoff if handler and handler.backoff
                                 else self.settings.backoff)
 
-    async def _attempt(self, handler: Handler | None, run: Run) -> Failure | None:
-        claimed = run.claimed
-        if handler is None:
-            return failures.unknown_type(claimed, self.handlers.names)
+    def _job(self, claimed: ClaimedJob) -> Job | Failure:
+        """What the handler is called with, or why the job cannot run."""
         try:
             payload = json.loads(claimed.payload_json)
         except ValueError as exc:
             return Failure(f"undecodable payload: {exc}", permanent=True)
-        job = Job(
+        return Job(
             id=claimed.id, type=claimed.type, payload=payload, attempt=claimed.attempt,
             max_attempts=claimed.max_attempts, idempotency_key=claimed.idempotency_key,
             resource_key=claimed.resource_key, created_at_ms=claimed.created_at_ms,
@@ -395,6 +422,17 @@ class Worker:
             _record_step=lambda step, value: self._record_step(claimed, step, value),
             _load_steps=lambda: self._load_steps(claimed), _loop=self._loop,
         )
+
+    async def _attempt(self, handler: Handler | None, run: Run, job: Job | None,
+                       returned: asyncio.Future[Any] | None) -> Failure | None:
+        claimed = run.claimed
+        if handler is None:
+            return failures.unknown_type(claimed, self.handlers.names)
+        if job is None:
+            prepared = self._job(claimed)
+            if isinstance(prepared, Failure):
+                return prepared
+            job = prepared
         timeout_s = handler.timeout_s or self.settings.job_timeout_s
         try:
             with tracing.span("antre.handler", {"antre.queue": self.queue.name, "antre.job.id":
@@ -405,7 +443,9 @@ class Worker:
                     outcome = handler.fn(job)
                     await (asyncio.wait_for(outcome, timeout_s) if timeout_s is not None else outcome)
                 else:
-                    await self.threads.call(run, handler.fn, job, timeout_s)
+                    if returned is None:
+                        returned = self.threads.start(run, handler.fn, job)
+                    await self.threads.wait(run, returned, timeout_s)
         except Exception as exc:
             return failures.from_exception(exc, timeout_s=timeout_s)
         return None
