@@ -1,6 +1,6 @@
 """How many jobs a worker holds unstarted (antre.prefetch): what finishes during two claim round
 trips, at most the setting; none for jobs much longer than a round trip, none until measured,
-none with prefetch 0."""
+none with prefetch 0; a jittery round trip counts as a slow one."""
 
 from __future__ import annotations
 
@@ -57,3 +57,21 @@ def test_a_stall_shrinks_the_buffer_at_once() -> None:
         sizer.finished(i * 0.0005)
     assert sizer.size(40 * 0.0005) == 8
     assert sizer.size(40 * 0.0005 + 5.0) == 0  # nothing finished for 5 s
+
+
+def test_a_jittery_round_trip_counts_as_a_slow_one() -> None:
+    """On a busy host the claim's reply often waits for a core: the buffer covers a slow round
+    trip (the smoothed one plus four mean deviations), not the average, which ran dry."""
+    steady, jittery = PrefetchSizer(64), PrefetchSizer(64)
+    for i in range(40):
+        steady.claimed(0.002)
+        jittery.claimed(0.0005 if i % 2 else 0.0035)  # also 2 ms on average
+        steady.finished(i * 0.001)
+        jittery.finished(i * 0.001)
+    assert steady.size(0.039) == 4
+    assert jittery.size(0.039) >= 12
+    minute_jobs = PrefetchSizer(16)
+    for i in range(40):
+        minute_jobs.claimed(0.0005 if i % 2 else 0.020)
+        minute_jobs.finished(i * 60.0)
+    assert minute_jobs.size(39 * 60.0) == 0, "still none ahead for jobs far longer than a claim"

@@ -4,10 +4,16 @@ its next claim is on the wire, and no more.
 A prefetched job waits in one worker while another may be idle, so the buffer is sized from
 what the worker measures: jobs finishing per second times the claim's round trip, twice over
 (the claim is sent when a slot frees and its jobs arrive one round trip later), bounded by the
-``prefetch`` setting. Short jobs on a slow network get a deep buffer; jobs that take much longer
-than a claim's round trip get none (one claim per free slot costs them nothing), so a busy
-worker never sits on a job that an idle worker, or a new one the operator just started, could
-run: a job of ten seconds never waits ten more behind another. Nothing is prefetched until the
+``prefetch`` setting. The round trip counted is a slow one, not the average: the smoothed
+round trip plus four times its mean deviation, as TCP sizes its retransmission timeout (RFC
+6298). On a busy host the claim's reply often waits for a core; sized on the average, the buffer
+ran dry at about a third of the slot frees (plain ``def`` handlers of 10 ms at concurrency 16),
+each such slot then idle for a whole claim.
+
+Short jobs on a slow network get a deep buffer; jobs that take much longer than a claim's round
+trip get none (one claim per free slot costs them nothing), so a busy worker never sits on a job
+that an idle worker, or a new one the operator just started, could run: a job of ten seconds
+never waits ten more behind another. Nothing is prefetched until the
 rate has been measured.
 """
 
@@ -16,8 +22,11 @@ from __future__ import annotations
 import collections
 import math
 
-#: Weight of the newest round trip in its moving average (about the last 10 count).
-SMOOTHING = 0.1
+#: Weights of the newest round trip in the smoothed round trip and in its mean deviation, and
+#: how many deviations are added to it (RFC 6298's alpha, beta and K).
+RTT_WEIGHT = 0.125
+DEVIATION_WEIGHT = 0.25
+DEVIATIONS = 4
 #: Completions the rate is measured over; fewer than MIN_COMPLETIONS measured: none.
 WINDOW = 32
 MIN_COMPLETIONS = 8
@@ -28,19 +37,23 @@ class PrefetchSizer:
         #: The most jobs ever held unstarted (the ``prefetch`` setting).
         self.limit = limit
         self._rtt_s: float | None = None
+        self._deviation_s = 0.0
         self._done: collections.deque[float] = collections.deque(maxlen=WINDOW)
 
     def claimed(self, rtt_s: float) -> None:
         """A claim (not waiting for jobs) took ``rtt_s`` from send to reply."""
-        self._rtt_s = rtt_s if self._rtt_s is None else self._rtt_s + SMOOTHING * (
-            rtt_s - self._rtt_s)
+        if self._rtt_s is None:
+            self._rtt_s, self._deviation_s = rtt_s, rtt_s / 2
+        else:
+            self._deviation_s += DEVIATION_WEIGHT * (abs(rtt_s - self._rtt_s) - self._deviation_s)
+            self._rtt_s += RTT_WEIGHT * (rtt_s - self._rtt_s)
 
     def finished(self, now: float) -> None:
         """A run ended at ``now`` (monotonic seconds)."""
         self._done.append(now)
 
     def size(self, now: float) -> int:
-        """Jobs to hold unstarted at ``now``: what finishes during two claim round trips,
+        """Jobs to hold unstarted at ``now``: what finishes during two slow claim round trips,
         rounded (none when that is under half a job), at most the setting."""
         if self.limit <= 0 or self._rtt_s is None or len(self._done) < MIN_COMPLETIONS:
             return 0
@@ -48,4 +61,5 @@ class PrefetchSizer:
         # time since the last one when the work has slowed down since.
         gap_s = max((self._done[-1] - self._done[0]) / (len(self._done) - 1),
                     now - self._done[-1], 1e-6)
-        return min(self.limit, math.floor(2 * self._rtt_s / gap_s + 0.5))
+        slow_rtt_s = self._rtt_s + DEVIATIONS * self._deviation_s
+        return min(self.limit, math.floor(2 * slow_rtt_s / gap_s + 0.5))
