@@ -1,11 +1,12 @@
 """How many jobs a worker holds unstarted (antre.prefetch): what finishes during two claim round
 trips, at most the setting; none for jobs much longer than a round trip, none until measured,
-none with prefetch 0; a jittery round trip counts as a slow one."""
+none with prefetch 0; a jittery round trip counts as a slow one; a deep buffer is topped up in
+batches, a free slot with nothing to start claims at once."""
 
 from __future__ import annotations
 
 import pytest
-from antre.prefetch import PrefetchSizer
+from antre.prefetch import PrefetchSizer, jobs_to_claim
 
 
 def sized(limit: int, *, rtt_s: float, gap_s: float, completions: int = 40) -> int:
@@ -75,3 +76,18 @@ def test_a_jittery_round_trip_counts_as_a_slow_one() -> None:
         minute_jobs.claimed(0.0005 if i % 2 else 0.020)
         minute_jobs.finished(i * 60.0)
     assert minute_jobs.size(39 * 60.0) == 0, "still none ahead for jobs far longer than a claim"
+
+
+@pytest.mark.parametrize(("busy", "waiting", "buffer", "expected"), [
+    pytest.param(10, 0, 4, 10, id="free-slots-and-the-buffer"),
+    pytest.param(15, 0, 0, 1, id="no-buffer-a-free-slot"),
+    pytest.param(16, 0, 0, 0, id="no-buffer-every-slot-busy"),
+    pytest.param(16, 9, 16, 0, id="buffer-more-than-half-full-waits"),
+    pytest.param(16, 8, 16, 8, id="buffer-half-gone-refilled-in-one-claim"),
+    pytest.param(16, 1, 2, 1, id="small-buffer-half-gone"),
+    pytest.param(14, 4, 4, 0, id="every-free-slot-has-a-job-to-start"),
+    pytest.param(12, 3, 16, 17, id="a-free-slot-with-nothing-to-start-claims-at-once"),
+])
+def test_a_deep_buffer_is_topped_up_in_batches(busy: int, waiting: int, buffer: int,
+                                               expected: int) -> None:
+    assert jobs_to_claim(concurrency=16, busy=busy, waiting=waiting, buffer=buffer) == expected

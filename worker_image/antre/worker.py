@@ -31,7 +31,7 @@ from antre.held_runs import HeldRuns
 from antre.jobs import ClaimedJob, Job
 from antre.outages import Outages
 from antre.outcomes import Outcomes
-from antre.prefetch import PrefetchSizer
+from antre.prefetch import PrefetchSizer, jobs_to_claim
 from antre.protocol import scripts
 from antre.protocol.checkpoint import checkpoint_op
 from antre.protocol.claim import ClaimResult, claim_op
@@ -244,9 +244,10 @@ class Worker:
     # -- claiming --------------------------------------------------------------------------
 
     def _wanted(self) -> int:
-        """Jobs to claim now: the free slots, plus room in the prefetch buffer."""
-        busy = self._running + self.threads.overdue
-        return self.settings.concurrency + self.prefetch.size(time.monotonic()) - busy - len(self._waiting)
+        """Jobs to claim now (see jobs_to_claim)."""
+        return jobs_to_claim(
+            concurrency=self.settings.concurrency, busy=self._running + self.threads.overdue,
+            waiting=len(self._waiting), buffer=self.prefetch.size(time.monotonic()))
 
     async def _claim_loop(self) -> None:
         outages = 0
