@@ -127,9 +127,12 @@ def measure(redis_url: str, *, total: int = 2000, concurrency: int = 20, queue: 
     target = Queue.from_url(redis_url, queue)
     try:
         pipe = target.redis.pipeline(transaction=False)
-        for job_id in job_ids:  # not claimed yet: a field of the queued Hash
+        for job_id in job_ids:  # not claimed yet: a field of the queued Hash, or its own Hash
             pipe.hexists(target.keys.queued, job_id)
-        found = sum(int(x) for x in pipe.execute())
+            pipe.exists(target.keys.job(job_id))
+        replies = pipe.execute()
+        found = sum(1 for field, key in zip(replies[::2], replies[1::2], strict=True)
+                    if field or key)
     finally:
         target.close()
     ordered = sorted(latencies)

@@ -27,7 +27,7 @@ import redis
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import antre
-from antre.protocol import ack, claim, fail, scripts
+from antre.protocol import ack, claim, extend_lease, fail, scripts
 
 from bench import _harness as h
 from bench import _results
@@ -44,8 +44,12 @@ def _used(r: redis.Redis) -> int:
     return int(r.info("memory")["used_memory"])
 
 
-def _measure(r: redis.Redis, bring: Callable[[], None], jobs: int) -> float:
+def _measure(r: redis.Redis, bring: Callable[[], None], jobs: int, *,
+             serve: Callable[[], None] | None = None) -> float:
+    """Bytes per job that ``bring`` adds, after ``serve`` (a worker registering) if given."""
     r.flushall()
+    if serve is not None:
+        serve()
     with contextlib.suppress(redis.ResponseError):
         r.memory_purge()
     before = _used(r)
@@ -133,6 +137,13 @@ def main() -> None:
             spent_usec["claim"][1] += len(result.jobs)
             return [(job.id, job.lease) for job in result.jobs]
 
+        def serve() -> None:
+            """The worker registers as its heartbeat does: producers then write queued jobs as
+            fields (PROTOCOL.md "Versions"); with no worker registered, as Hashes."""
+            scripts.run(r, extend_lease.extend_lease_op(
+                qs, [], lease_ms=30_000, worker_id=WORKER_ID, registry_entry_json="{}",
+                registry_ttl_ms=3_600_000))
+
         ack_usec: dict[float, list[int]] = {}
 
         def finish(settings: antre.QueueSettings = qs) -> None:
@@ -155,12 +166,16 @@ def main() -> None:
             return bring
 
         # The ack's cost of packing: the same acks with done_ttl_s 0 keep no record (a stub).
+        serve()
         finish(antre.QueueSettings(name="bench", done_ttl_s=0))
         rows = []
-        for state, bring in (("queued", enqueue), ("finished (done, kept)", finish),
-                             (f"dead, {len(ERROR)}-character error", kill(ERROR)),
-                             (f"dead, {len(LONG_ERROR)}-character error", kill(LONG_ERROR))):
-            per_job = _measure(r, bring, args.jobs)
+        for state, bring, served in (
+                ("queued, served by a worker of this version", enqueue, True),
+                ("queued, no worker registered (a Hash each)", enqueue, False),
+                ("finished (done, kept)", finish, True),
+                (f"dead, {len(ERROR)}-character error", kill(ERROR), True),
+                (f"dead, {len(LONG_ERROR)}-character error", kill(LONG_ERROR), True)):
+            per_job = _measure(r, bring, args.jobs, serve=serve if served else None)
             rows.append([state, f"{per_job:,.0f}", _sample(r, qs)])
             if state.startswith("finished"):
                 day = per_job * args.rate * 86_400

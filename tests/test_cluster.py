@@ -27,6 +27,7 @@ from antre.protocol.fail import fail_op
 from antre.worker import Worker
 from invariants import assert_invariants
 from redis_servers import RedisServer, wait_until
+from registered_workers import register_worker
 
 
 class Cluster:
@@ -177,6 +178,7 @@ def test_queued_jobs_over_the_cluster(
     settings = queue_pair[1]
     queue = Queue(client, settings=settings)
     assert client.keyslot(settings.keys.queued) == client.keyslot(settings.keys.ready)
+    register_worker(client, settings)  # served by this version: enqueue writes fields
     fresh = queue.enqueue("work", {"n": 1}, idempotency_key="once").job_id
     delayed = queue.enqueue("work", {"n": 2}, delay=0.2).job_id
     dropped = queue.enqueue("work", {"n": 3}).job_id

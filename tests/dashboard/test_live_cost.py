@@ -132,7 +132,9 @@ async def test_tabs_on_one_job_share_its_read(dashboard: Dashboard, redis_client
     assert job_id in frame and "queued" in frame
     assert 'name="csrf" value=""' in frame  # each tab fills in its own session's token
     # The record deleted (expired, purged): the page says so at the next tick.
-    redis_client.hdel(Queue(redis_client, "emails").keys.queued, job_id)
+    keys = Queue(redis_client, "emails").keys
+    redis_client.hdel(keys.queued, job_id)
+    redis_client.delete(keys.job(job_id))
     await monitor.step()
     assert "record is gone" in json.loads(first.pending or "{}")["job-live"]
     assert all(s.pending == first.pending for s in more)

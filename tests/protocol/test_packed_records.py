@@ -26,7 +26,7 @@ from antre.protocol import scripts
 from antre.protocol.ack import ack_op
 from antre.protocol.checkpoint import checkpoint_op
 from antre.protocol.claim import claim_op
-from antre.protocol.enqueue import NewJob, enqueue_ops
+from antre.protocol.enqueue import QUEUE_KEY_COUNT, NewJob, enqueue_ops
 from antre.protocol.fail import fail_op
 from antre.protocol.release import release_op
 from antre.settings import QueueSettings
@@ -93,7 +93,7 @@ def test_done_record_is_packed_and_shows_what_the_hash_showed(redis_client, qs, 
     [op] = enqueue_ops(qs, [NewJob("other", {"x": 1})])
     args = list(op.args)
     args[2] = job_id
-    op = scripts.Op(op.script, [*op.keys[:4], key], args, op.parse)
+    op = scripts.Op(op.script, [*op.keys[:QUEUE_KEY_COUNT], key], args, op.parse)
     assert [(r.job_id, r.created) for r in scripts.run(redis_client, op)] == [(job_id, False)]
     assert redis_client.get(key) == packed
     assert redis_client.get(qs.keys.idempotency("order-7")).endswith("|done")

@@ -1,7 +1,8 @@
 """A hypothesis state machine over the protocol: random sequences of enqueue (an idempotency key
 reused for the same or another payload; a queued field, or a job Hash as a producer in another
-language writes it), claim, ack with the current or a stale token, fail,
-release, lease expiry + reap, replay and cancel. After every step the queue invariant holds and
+language writes it; the fields only while workers of this version alone serve the queue, so
+workers of this and of an earlier version come and go), claim, ack with the current or a stale
+token, fail, release, lease expiry + reap, replay and cancel. After every step the queue invariant holds and
 every job's status and attempt match a plain Python model."""
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from invariants import assert_invariants, read_record
+from registered_workers import register_earlier_worker, register_worker
 
 QS = QueueSettings(name="sm", max_attempts=2)
 WS = WorkerSettings(visibility_timeout_s=60)
@@ -77,6 +79,16 @@ def build_machine(r):
             if idem:
                 self.markers[idem] = result.job_id
                 self.payloads[idem] = payload
+
+        @rule(who=st.sampled_from(["this version", "an earlier version beside it", "nobody"]))
+        def serving_workers(self, who):
+            """Who serves the queue decides the form enqueue writes (PROTOCOL.md "Versions"), so
+            the forms meet in every later step."""
+            r.delete(QS.keys.workers, QS.keys.field_readers)  # every worker stopped
+            if who != "nobody":
+                register_worker(r, QS)
+            if who.startswith("an earlier"):
+                register_earlier_worker(r, QS)
 
         @rule(delay=st.sampled_from([False, False, True]))
         def enqueue_as_a_hash(self, delay):

@@ -14,11 +14,18 @@ from antre.dashboard import reading
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
 from antre.protocol.depth import depth_op
-from antre.protocol.enqueue import NewJob, enqueue_ops
+from antre.protocol.enqueue import QUEUE_KEY_COUNT, NewJob, enqueue_ops
 from antre.protocol.reap import reap_op
 from antre.settings import QueueSettings
 from invariants import assert_invariants, read_record
 from protocol_state import dump, seed_job, server_ms
+from registered_workers import register_worker
+
+
+@pytest.fixture(autouse=True)
+def served(redis_client, qs):
+    """A worker of this version serves the queue: enqueue writes fields."""
+    register_worker(redis_client, qs)
 
 
 def claim(r, qs, ws, *, max_jobs=10, worker="w1"):
@@ -171,8 +178,8 @@ def test_cancel_of_a_field(redis_client, ws, delay, done_ttl_s):
         [op] = enqueue_ops(qs, [NewJob("t", 1)])
         args = list(op.args)
         args[2] = job_id
-        again = scripts.run(redis_client, scripts.Op(op.script, [*op.keys[:4], qs.keys.job(job_id)],
-                                                     args, op.parse))
+        keys = [*op.keys[:QUEUE_KEY_COUNT], qs.keys.job(job_id)]
+        again = scripts.run(redis_client, scripts.Op(op.script, keys, args, op.parse))
         assert [(r.job_id, r.created) for r in again] == [(job_id, False)]
     else:
         assert redis_client.exists(qs.keys.job(job_id)) == 0
@@ -200,7 +207,7 @@ def test_idempotency_and_ids_against_a_queued_field(redis_client, qs):
     [op] = enqueue_ops(qs, [NewJob("u", {"x": 1}), NewJob("u", {"x": 2})])
     args = list(op.args)
     args[2] = args[10] = first.job_id
-    keys = [*op.keys[:4], qs.keys.job(first.job_id), qs.keys.job(first.job_id)]
+    keys = [*op.keys[:QUEUE_KEY_COUNT], qs.keys.job(first.job_id), qs.keys.job(first.job_id)]
     before = dump(redis_client, qs)
     reply = scripts.run(redis_client, scripts.Op(op.script, keys, args, op.parse))
     assert [(r.job_id, r.created) for r in reply] == [(first.job_id, False)] * 2

@@ -12,11 +12,12 @@ import pytest
 from antre import errors
 from antre.client import Queue
 from antre.protocol import scripts
-from antre.protocol.enqueue import BATCH_SIZE, NewJob, enqueue_ops
+from antre.protocol.enqueue import BATCH_SIZE, QUEUE_KEY_COUNT, NewJob, enqueue_ops
 from antre.settings import QueueSettings
 from invariants import assert_invariants, read_record
 from protocol_state import dump, run_fresh, seed_job, server_ms
 from redis_servers import wait_until
+from registered_workers import register_worker
 
 
 @pytest.fixture
@@ -25,6 +26,7 @@ def queue(redis_client, qs):
 
 
 def test_enqueue_one_writes_record_and_pushes_left(redis_client, qs, queue):
+    register_worker(redis_client, qs)  # served by this version: queued fields
     before = server_ms(redis_client)
     first = queue.enqueue("email", {"to": "a@b.c"}, resource_key="acct-1", max_attempts=3,
                           headers={"trace": "x"})
@@ -140,7 +142,7 @@ def test_an_existing_id_returns_the_existing_job_untouched(redis_client, qs, que
     [op] = enqueue_ops(qs, [NewJob("other", {"x": 1})])
     args = list(op.args)
     args[2] = "job-1"  # the first job's id, as a foreign producer might choose it
-    keys = [*op.keys[:4], qs.keys.job("job-1")]
+    keys = [*op.keys[:QUEUE_KEY_COUNT], qs.keys.job("job-1")]
     [result] = scripts.run(redis_client, scripts.Op(op.script, keys, args, op.parse))
     assert (result.job_id, result.created) == ("job-1", False)
     assert dump(redis_client, qs) == before
@@ -157,7 +159,7 @@ def test_the_script_refuses_an_unusable_id(redis_client, qs, job_id):
     [op] = enqueue_ops(qs, [NewJob("t", 1)])
     args = list(op.args)
     args[2] = job_id
-    keys = [*op.keys[:3], qs.keys.job(job_id)]
+    keys = [*op.keys[:QUEUE_KEY_COUNT], qs.keys.job(job_id)]
     with pytest.raises(errors.InvalidArgument, match="job 1: id got"):
         scripts.run(redis_client, scripts.Op(op.script, keys, args, op.parse))
     assert redis_client.dbsize() == 0
@@ -166,6 +168,7 @@ def test_the_script_refuses_an_unusable_id(redis_client, qs, job_id):
 def test_idempotency_key_of_purged_job_no_longer_protects(redis_client, qs, queue):
     first = queue.enqueue("t", 1, idempotency_key="k")
     redis_client.hdel(qs.keys.queued, first.job_id)  # record gone (purged or evicted)
+    redis_client.delete(qs.keys.job(first.job_id))  # in either form
     redis_client.lrem(qs.keys.ready, 0, first.job_id)
     second = queue.enqueue("t", 2, idempotency_key="k")
     assert second.created and second.job_id != first.job_id

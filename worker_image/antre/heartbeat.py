@@ -86,6 +86,7 @@ class Heartbeat:
             pipe = self.redis.pipeline(transaction=False)
             pipe.delete(self.queue.keys.worker(self.worker_id))
             pipe.zrem(self.queue.keys.workers, self.worker_id)
+            pipe.zrem(self.queue.keys.field_readers, self.worker_id)
             await pipe.execute()
 
     async def run(self) -> None:

@@ -19,6 +19,8 @@ Layout for prefix ``antre`` and queue ``Q`` (Redis type in brackets):
 - ``antre:{Q}:lock:<res>``   [String] resource lock -> ``<job id>:<lease token>``
 - ``antre:{Q}:stats``        [Hash]   counters (done, dead, retried, ...)
 - ``antre:{Q}:workers``      [ZSET]   worker id -> last heartbeat (ms)
+- ``antre:{Q}:field_readers`` [ZSET]  the same, for workers that claim queued fields (this version
+                                      on); enqueue writes fields only while both sets are as large
 - ``antre:{Q}:worker:<wid>`` [String] JSON registry entry of a live worker, with a TTL
 - ``antre:{Q}:reaper``       [String] short lock that lets one process run a reaper pass
 
@@ -118,6 +120,13 @@ class QueueKeys:
     @property
     def workers(self) -> str:
         return self.base + "workers"
+
+    @property
+    def field_readers(self) -> str:
+        """The workers that claim jobs from the queued Hash: every registered worker of this
+        version and later, as in :attr:`workers`. Earlier workers drop an id without a job key,
+        so enqueue writes a queued field only while the two sets are as large."""
+        return self.base + "field_readers"
 
     @property
     def reaper_lock(self) -> str:

@@ -3,14 +3,19 @@
 -- KEYS[2] -> <prefix>:{Q}:retry       (ZSET, delayed ids by due ms)
 -- KEYS[3] -> <prefix>:{Q}:stats       (Hash, counters)
 -- KEYS[4] -> <prefix>:{Q}:queued      (Hash, id -> the packed record of a job not claimed yet)
--- KEYS[5..] -> per job: <prefix>:{Q}:job:<id>, then <prefix>:{Q}:idem:<key> when the job has one
---              (the job key is only read: an id whose key exists names that job)
+-- KEYS[5] -> <prefix>:{Q}:workers     (ZSET, registered workers)
+-- KEYS[6] -> <prefix>:{Q}:field_readers (ZSET, the registered workers that claim queued fields)
+-- KEYS[7..] -> per job: <prefix>:{Q}:job:<id>, then <prefix>:{Q}:idem:<key> when the job has one
+--              (read; written only for a job kept as its own Hash, below)
 -- ARGV[1] -> number of jobs
 -- ARGV[2] -> unused (was the idempotency TTL: a key now lives as long as its job)
 -- ARGV[3..] -> per job, 8 values: id, type, payload (JSON text), max_attempts, delay_ms,
 --              idempotency_key ('' = none), resource_key ('' = none), headers (JSON text or '')
 -- Writes: per new job a field of the queued Hash (see queued_value in _prelude.lua) and its id
---         pushed on the ready list, or for a delay its due time in the retry set.
+--         pushed on the ready list, or for a delay its due time in the retry set. While a
+--         registered worker is not in KEYS[6] (a worker of an earlier version, which drops an
+--         id it finds only as a field), or no worker is registered, the job is written as its
+--         own Hash instead, the form every version claims (PROTOCOL.md "Versions").
 -- Returns: flat array of pairs {job_id, created} per job; created is 0 when the job already
 --          existed: a live or completed idempotency key returned its job, or a job with that
 --          id exists, as a key or a queued field (it is returned untouched).
@@ -21,6 +26,8 @@ local ready_key, retry_key, stats_key, queued_key = KEYS[1], KEYS[2], KEYS[3], K
 local count = tonumber(ARGV[1])
 local now = now_ms()
 local result = {}
+local readers = redis.call('ZCARD', KEYS[6])
+local as_fields = readers > 0 and readers == redis.call('ZCARD', KEYS[5])
 
 -- A key dedupes the same request (type and payload) only: reused for a different one, it is
 -- an error, not a read of the other job (as payment APIs answer 409).
@@ -45,7 +52,7 @@ end
 
 -- Validate every job before writing any: producers in other languages call this script too.
 -- (The queued key's type is checked by the first write, below.)
-local key_index = 5
+local key_index = 7
 local batch_digests = {}
 local plan = {}
 for j = 1, count do
@@ -137,8 +144,21 @@ for j = 1, count do
     -- HSETNX: an id already queued (earlier in this batch, or by another call) keeps its job.
     -- It is the batch's first write, so a queued key of the wrong type (a hand edit) is refused
     -- here with nothing written (pcall); once it succeeded, the key is a Hash.
-    local written = redis.pcall('HSETNX', queued_key, id,
-      queued_value(job_type, payload, now, max_attempts, extras))
+    local value = queued_value(job_type, payload, now, max_attempts, extras)
+    local written
+    if as_fields then
+      written = redis.pcall('HSETNX', queued_key, id, value)
+    else
+      written = redis.pcall('HEXISTS', queued_key, id)
+      if type(written) ~= 'table' then
+        written = (written == 0 and redis.call('EXISTS', job_key) == 0) and 1 or 0
+        if written == 1 then
+          local record = queued_record(value, id)
+          if delay_ms > 0 then record.status = 'scheduled' end
+          redis.call('HSET', job_key, unpack(flat_fields(record)))
+        end
+      end
+    end
     if type(written) == 'table' then
       if string.find(written.err or '', 'WRONGTYPE', 1, true) then
         return redis.error_reply('ANTRE_INVALID KEYS[4] ' .. queued_key

@@ -4,6 +4,7 @@
 -- KEYS[1] -> <prefix>:{Q}:processing     (ZSET)
 -- KEYS[2] -> <prefix>:{Q}:workers        (ZSET, worker id -> last beat ms)
 -- KEYS[3] -> <prefix>:{Q}:worker:<wid>   (String, JSON registry entry)
+-- KEYS[4] -> <prefix>:{Q}:field_readers  (ZSET, as KEYS[2]: this worker claims queued fields)
 -- Undeclared keys under the same {Q} tag: job hashes and resource locks.
 -- ARGV[1] -> lease_ms (new deadline = now + lease_ms; never moved backwards)
 -- ARGV[2] -> worker id
@@ -17,7 +18,8 @@
 --          deadline passed, or another job owns the resource now); then one per kept lock:
 --          1 extended, 0 lost (another job owns the resource now)}
 -- Errors: none of its own.
-local processing_key, workers_key, worker_key = KEYS[1], KEYS[2], KEYS[3]
+local processing_key, workers_key, worker_key, field_readers_key = KEYS[1], KEYS[2], KEYS[3],
+  KEYS[4]
 local lease_ms, worker, entry, ttl_ms = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 local job_prefix, lock_prefix, n_leases = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local now = now_ms()
@@ -29,6 +31,9 @@ local result = {now}
 redis.call('PEXPIRE', worker_key, ttl_ms)
 redis.call('SET', worker_key, entry, 'PX', ttl_ms)
 redis.call('ZADD', workers_key, now, worker)
+-- Producers write queued fields only while every registered worker is in this set too
+-- (enqueue.lua): a worker of an earlier version would drop a job it finds only as a field.
+redis.call('ZADD', field_readers_key, now, worker)
 
 -- Holds the lock under `token`: extended (never shortened), taken back if it expired and
 -- nobody took it, or false when another job owns the resource now.

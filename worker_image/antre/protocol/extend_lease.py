@@ -57,5 +57,6 @@ def extend_lease_op(settings: QueueSettings, leases: Sequence[Lease], *, lease_m
         return ExtendResult(now_ms=int(reply[0]), held=flags[:len(leases)],
                             kept=flags[len(leases):])
 
-    return Op(load("extend_lease"), [k.processing, k.workers, k.worker(worker_id)], args, parse,
+    return Op(load("extend_lease"), [k.processing, k.workers, k.worker(worker_id),
+                                     k.field_readers], args, parse,
               durable=Durability.of(settings))

@@ -12,6 +12,7 @@
 -- KEYS[8] -> <prefix>:{Q}:dead          (List: dead ids as older versions kept them; emptied)
 -- KEYS[9] -> <prefix>:{Q}:queued        (Hash: records of jobs not claimed yet; a delayed one
 --            is promoted by moving its id)
+-- KEYS[10] -> <prefix>:{Q}:field_readers (ZSET: the workers of KEYS[7] that claim queued fields)
 -- Undeclared keys under the same {Q} tag: job hashes, resource locks, worker entries,
 -- idempotency keys.
 -- ARGV[1] -> batch limit (per kind of work)
@@ -25,7 +26,7 @@
 -- Errors: none of its own.
 local ready_key, processing_key, retry_key, dead_key, stats_key, reaper_key, workers_key,
   legacy_dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local queued_key = KEYS[9]
+local queued_key, field_readers_key = KEYS[9], KEYS[10]
 local limit, pass_lock_ms, holder = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local job_prefix, lock_prefix, worker_prefix = ARGV[4], ARGV[5], ARGV[6]
 local idem_prefix, dead_ttl_ms = ARGV[7], tonumber(ARGV[8])
@@ -63,13 +64,20 @@ end
 
 local promoted = promote_due(ready_key, retry_key, queued_key, job_prefix, now, limit)
 
--- Registry entries expire by TTL; the index loses members whose entry is gone.
+-- Registry entries expire by TTL; both indexes lose members whose entry is gone (each on its
+-- own: a reaper of an earlier version prunes only `workers`).
 local dropped = 0
 local stale = redis.call('ZRANGEBYSCORE', workers_key, '-inf', now - 1000, 'LIMIT', 0, limit)
 for _, wid in ipairs(stale) do
   if redis.call('EXISTS', worker_prefix .. wid) == 0 then
     redis.call('ZREM', workers_key, wid)
     dropped = dropped + 1
+  end
+end
+stale = redis.call('ZRANGEBYSCORE', field_readers_key, '-inf', now - 1000, 'LIMIT', 0, limit)
+for _, wid in ipairs(stale) do
+  if redis.call('EXISTS', worker_prefix .. wid) == 0 then
+    redis.call('ZREM', field_readers_key, wid)
   end
 end
 
