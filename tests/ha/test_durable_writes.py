@@ -48,7 +48,8 @@ def impatient(queue: Queue) -> Queue:
 
 
 def on_replica(replica: RedisServer, queue: Queue, job_id: str) -> bool:
-    """Whether the replica has the job: its queued field, or its key once claimed."""
+    """Whether the server has the job: its queued field, or its key (a job claimed, or queued
+    with no worker of this version registered)."""
     with redis.Redis(port=replica.port, decode_responses=True) as client:
         return bool(client.hexists(queue.keys.queued, job_id) or client.exists(queue.keys.job(job_id)))
 
@@ -78,8 +79,7 @@ def test_unconfirmed_enqueue_names_its_job_and_a_keyed_retry_returns_it(
     assert unconfirmed.confirmed == 0 and unconfirmed.wanted == 1
     job_id = unconfirmed.result.job_id  # type: ignore[attr-defined]
     assert job_id in str(unconfirmed) and "same idempotency key" in str(unconfirmed)
-    with redis.Redis(port=primary.port) as direct:
-        assert direct.hexists(queue.keys.queued, job_id)
+    assert on_replica(primary, queue, job_id)  # written on the primary, only not confirmed
     again = queue.enqueue("t", {"n": 1}, idempotency_key="order-7")
     assert (again.job_id, again.created) == (job_id, False)
     assert on_replica(replica, queue, job_id)
