@@ -114,6 +114,7 @@ for j = 1, count do
   plan[j] = step
 end
 
+local hashes_written = {}
 local arg_index, created_total = 3, 0
 for j = 1, count do
   local id, job_type, payload = ARGV[arg_index], ARGV[arg_index + 1], ARGV[arg_index + 2]
@@ -149,13 +150,18 @@ for j = 1, count do
     if as_fields then
       written = redis.pcall('HSETNX', queued_key, id, value)
     else
-      written = redis.pcall('HEXISTS', queued_key, id)
-      if type(written) ~= 'table' then
-        written = (written == 0 and redis.call('EXISTS', job_key) == 0) and 1 or 0
-        if written == 1 then
+      -- The job's own Hash, unless its id is queued as a field or was written earlier in this
+      -- batch (a key that existed before the batch is plan[j].known, above).
+      local queued = redis.pcall('HEXISTS', queued_key, id)
+      written = queued  -- an error (the wrong type) is answered below, as for HSETNX
+      if type(queued) ~= 'table' then
+        written = 0
+        if queued == 0 and not hashes_written[id] then
           local record = queued_record(value, id)
           if delay_ms > 0 then record.status = 'scheduled' end
           redis.call('HSET', job_key, unpack(flat_fields(record)))
+          hashes_written[id] = true
+          written = 1
         end
       end
     end

@@ -66,20 +66,19 @@ local promoted = promote_due(ready_key, retry_key, queued_key, job_prefix, now, 
 
 -- Registry entries expire by TTL; both indexes lose members whose entry is gone (each on its
 -- own: a reaper of an earlier version prunes only `workers`).
-local dropped = 0
-local stale = redis.call('ZRANGEBYSCORE', workers_key, '-inf', now - 1000, 'LIMIT', 0, limit)
-for _, wid in ipairs(stale) do
-  if redis.call('EXISTS', worker_prefix .. wid) == 0 then
-    redis.call('ZREM', workers_key, wid)
-    dropped = dropped + 1
+local function prune(index_key)
+  local pruned = 0
+  local stale = redis.call('ZRANGEBYSCORE', index_key, '-inf', now - 1000, 'LIMIT', 0, limit)
+  for _, wid in ipairs(stale) do
+    if redis.call('EXISTS', worker_prefix .. wid) == 0 then
+      redis.call('ZREM', index_key, wid)
+      pruned = pruned + 1
+    end
   end
+  return pruned
 end
-stale = redis.call('ZRANGEBYSCORE', field_readers_key, '-inf', now - 1000, 'LIMIT', 0, limit)
-for _, wid in ipairs(stale) do
-  if redis.call('EXISTS', worker_prefix .. wid) == 0 then
-    redis.call('ZREM', field_readers_key, wid)
-  end
-end
+local dropped = prune(workers_key)
+prune(field_readers_key)
 
 -- Older versions kept dead ids in a list (O(N) to remove one), and may still push there
 -- during a rolling upgrade: move them over, oldest first, scored by when they died.
