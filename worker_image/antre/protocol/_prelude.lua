@@ -139,18 +139,26 @@ local function by_number(a, b) return a[1] < b[1] end
 
 -- What a packed record does with a field it treats by name: its short name in extras, or true
 -- when the array holds it or a reader derives it (any other field goes to extras.f as it is).
-local FIELD_ROLES = {}
-for name in pairs(NOT_PACKED) do FIELD_ROLES[name] = true end
-for name in pairs(DERIVED_NAMES) do FIELD_ROLES[name] = true end
-for name, short in pairs(PACKED_NAMES) do FIELD_ROLES[name] = short end
+-- Built on first use: the prelude runs on every call of every script, and most calls (a
+-- single enqueue, a claim, a renewal) pack nothing.
+local field_roles = nil
+local function packing_roles()
+  if not field_roles then
+    field_roles = {}
+    for name in pairs(NOT_PACKED) do field_roles[name] = true end
+    for name in pairs(DERIVED_NAMES) do field_roles[name] = true end
+    for name, short in pairs(PACKED_NAMES) do field_roles[name] = short end
+  end
+  return field_roles
+end
 
 -- The packed text of a record given as HGETALL's flat field/value list.
 local function pack_record(flat)
   local r, extras, steps, others = {}, {}, nil, nil
-  local slots, entries = {}, {}
+  local slots, entries, roles = {}, {}, packing_roles()
   for i = 1, #flat, 2 do
     local name, value = flat[i], flat[i + 1]
-    local role = FIELD_ROLES[name]
+    local role = roles[name]
     if role then
       r[name] = value
       if role ~= true then extras[role] = value end
