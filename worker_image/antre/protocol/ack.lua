@@ -32,13 +32,31 @@ end
 if #ids == 0 then return reply end
 local deadlines = zmscore_all(processing_key, ids)
 
+-- What the first pass reads of a record: f[1..8]. A kept record (done_ttl_ms > 0) is packed
+-- from all its fields, so they are read here in one HGETALL and the ack's changes are added to
+-- them before packing, rather than written with HSET and read back. A packed record (a late
+-- ack of a dead job) has no fields to read that way: read_fields unpacks it.
+local ACK_FIELDS = {'status', 'lease', 'worker', 'resource_key', 'idempotency_key', 'events',
+  'attempt', 'outcome'}
+local function read_record(job_key)
+  if done_ttl_ms > 0 then
+    local flat = redis.pcall('HGETALL', job_key)
+    if not flat.err then
+      local r, f = {}, {}
+      for i = 1, #flat, 2 do r[flat[i]] = flat[i + 1] end
+      for i, name in ipairs(ACK_FIELDS) do f[i] = r[name] or false end
+      return f, flat
+    end
+  end
+  return read_fields(job_key, unpack(ACK_FIELDS)), nil
+end
+
 -- First pass, reads only: which runs settle as done, and which leases have expired.
 local settled, expired, late, removed = {}, {}, {}, {}
 for j, id in ipairs(ids) do
   local lease = leases[j]
   local job_key = job_prefix .. id
-  local f = read_fields(job_key, 'status', 'lease', 'worker', 'resource_key', 'idempotency_key',
-    'events', 'attempt', 'outcome')
+  local f, flat = read_record(job_key)
   local ours = f[2] == lease and f[3] == worker
   local ok = 0
   if ours and f[1] == 'processing' then
@@ -46,10 +64,10 @@ for j, id in ipairs(ids) do
     if deadline and deadline < now then
       -- Not trusted as held any more: the lease is treated as the reaper would treat it.
       f[9] = read_fields(job_key, 'max_attempts')[1]
-      expired[#expired + 1] = {j, id, lease, f}
+      expired[#expired + 1] = {j, id, lease, f, flat}
       removed[#removed + 1] = id
     elseif lease_held(f, id, lease, worker, deadline, now, lock_prefix) then
-      settled[#settled + 1] = {j, id, lease, f}
+      settled[#settled + 1] = {j, id, lease, f, flat}
       removed[#removed + 1] = id
       ok = 1
     end
@@ -69,14 +87,23 @@ if #removed == 0 then return reply end
 -- not in the processing set; ZREM of it there is harmless.)
 zrem_all(processing_key, removed)
 
-local function settle_done(id, lease, f, note)
+-- `flat` is the record as read by read_record (HGETALL), or nil.
+local function settle_done(id, lease, f, note, flat)
   local job_key = job_prefix .. id
   local digest = f[5] and read_fields(job_key, 'idempotency_digest')[1]
   if done_ttl_ms > 0 then
     local n, hfield, hvalue = history_entry(f[6], 'acked', now, f[7], SAME_WORKER, note)
-    redis.call('HSET', job_key, 'status', 'done', 'outcome', 'succeeded', 'updated_at', now,
-      'finished_at', now, 'events', n, hfield, hvalue)
-    keep_finished(job_key, done_ttl_ms)
+    local changes = {'status', 'done', 'outcome', 'succeeded', 'updated_at', now,
+      'finished_at', now, 'events', n, hfield, hvalue}
+    -- Until the history ring wraps, the new entry's slot is free, so the fields as read plus
+    -- the changes are the record HSET would leave (pack_record keeps the last value of a name).
+    if flat and n <= HISTORY_SLOTS then
+      for _, value in ipairs(changes) do flat[#flat + 1] = value end
+      redis.call('SET', job_key, pack_record(flat), 'PX', done_ttl_ms)
+    else
+      redis.call('HSET', job_key, unpack(changes))
+      keep_finished(job_key, done_ttl_ms)
+    end
   else
     -- Nothing kept but a stub, so a retried ack (its first reply lost) is answered truthfully.
     redis.call('DEL', job_key)
@@ -92,13 +119,13 @@ end
 local LATE = 'acknowledged after its lease expired: its last attempt finished'
 local done, requeued = #settled, 0
 for _, record in ipairs(settled) do
-  local id, lease, f = record[2], record[3], record[4]
-  settle_done(id, lease, f, nil)
+  local id, lease, f, flat = record[2], record[3], record[4], record[5]
+  settle_done(id, lease, f, nil, flat)
   -- lease_held found the lock to be this run's: free it.
   if f[4] then redis.call('DEL', lock_prefix .. f[4]) end
 end
 for _, record in ipairs(expired) do
-  local j, id, lease, f = record[1], record[2], record[3], record[4]
+  local j, id, lease, f, flat = record[1], record[2], record[3], record[4], record[5]
   if (tonumber(f[7]) or 0) < (tonumber(f[9]) or 0) then
     expire_lease(job_prefix .. id, id, {f[1], f[2], f[7], f[9], f[4], f[6], f[3]}, now,
       ready_key, dead_key, lock_prefix)
@@ -106,7 +133,7 @@ for _, record in ipairs(expired) do
   else
     -- Its last attempt: the reaper would dead-letter it, but this ack says the run finished.
     release_lock(lock_prefix, f[4], id .. ':' .. lease)
-    settle_done(id, lease, f, LATE)
+    settle_done(id, lease, f, LATE, flat)
     done = done + 1
     reply[j + 1] = 1
   end
