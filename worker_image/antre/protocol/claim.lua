@@ -62,16 +62,28 @@ local function materialise(job_key, fresh)
   redis.call('HSET', job_key, unpack(flat_fields(fresh)))
 end
 
-for _, id in ipairs(ids) do
+-- A fresh job is a field of the queued Hash: it becomes the job's own Hash here (in the same
+-- HSET as its claim when it runs). Any other id has its Hash already. The fields of the whole
+-- batch are read in one HMGET and deleted in one HDEL at the end (in chunks: Lua's unpack has a
+-- limit of a few thousand values). pcall, as below: a queued key of the wrong type (a hand
+-- edit) reads as no field.
+local queued_texts = {}
+for first = 1, #ids, 1000 do
+  local part = redis.pcall('HMGET', queued_key, unpack(ids, first, math.min(first + 999, #ids)))
+  if part.err then break end
+  for i, text in ipairs(part) do queued_texts[first + i - 1] = text end
+end
+local taken, taken_ids = {}, {}
+
+for i, id in ipairs(ids) do
   local job_key = job_prefix .. id
   local f
-  -- A fresh job is a field of the queued Hash: it becomes the job's own Hash here (in the same
-  -- HSET as its claim when it runs). Any other id has its Hash already.
-  -- pcall, as below: a queued key of the wrong type (a hand edit) reads as no field.
-  local queued_text = redis.pcall('HGET', queued_key, id)
+  local queued_text = queued_texts[i]
   local fresh = nil
-  if type(queued_text) == 'string' then
-    redis.call('HDEL', queued_key, id)
+  -- An id popped twice in one call is taken from its field once; the second finds its Hash.
+  if type(queued_text) == 'string' and not taken[id] then
+    taken[id] = true
+    taken_ids[#taken_ids + 1] = id
     fresh = queued_record(queued_text, id)
     f = {fresh.type, fresh.payload, fresh.attempt, fresh.max_attempts, fresh.lease,
       fresh.idempotency_key, fresh.resource_key, fresh.created_at, fresh.headers, fresh.events,
@@ -186,6 +198,9 @@ end
 -- strand every job of the batch.
 for first = 1, #leased, 1000 do
   redis.call('ZADD', processing_key, unpack(leased, first, math.min(first + 999, #leased)))
+end
+for first = 1, #taken_ids, 1000 do
+  redis.call('HDEL', queued_key, unpack(taken_ids, first, math.min(first + 999, #taken_ids)))
 end
 if #dups > 0 then redis.call('HINCRBY', stats_key, 'duplicate', #dups / 3) end
 if deferred > 0 then redis.call('HINCRBY', stats_key, 'lock_deferred', deferred) end
