@@ -168,6 +168,24 @@ def test_a_wrapped_history_ring_packs_entry_for_entry(redis_client, qs):
     assert (history[-1].n, history[-1].event) == (41, "acked")
 
 
+def test_the_ack_taking_the_last_free_slot_of_the_ring_keeps_every_entry(redis_client, qs):
+    """Until the ring wraps, the ack packs the record as it read it plus its own entry; entry 32
+    takes slot 0, the last free one (the wrapped case is the test above)."""
+    queue = Queue(redis_client, settings=qs)
+    now = server_ms(redis_client)
+    ring = {f"h:{n}": f"released|{now - 1000 + n:x}|1|^|grace" for n in range(1, 32)}
+    seed_job(redis_client, qs, "full", status="processing", attempt=1, lease=31, events=31,
+             **ring)
+    before = jobs.JobInfo.from_hash(redis_client.hgetall(qs.keys.job("full")))
+    assert len(before.history) == 31
+    assert scripts.run(redis_client, ack_op(qs, [("full", 31)], worker_id="w1")).held == [True]
+    assert redis_client.type(qs.keys.job("full")) == "string"
+    info = queue.get("full")
+    assert info.history[:-1] == before.history
+    assert [(e.n, e.event) for e in info.history[-1:]] == [(32, "acked")]
+    assert (info.status, info.outcome, info.attempt) == ("done", "succeeded", 1)
+
+
 @pytest.mark.parametrize("status", ["cancelled-from-queued", "cancelled-from-dead", "duplicate"])
 def test_other_finished_records_are_packed(redis_client, qs, ws, status):
     queue = Queue(redis_client, settings=qs)

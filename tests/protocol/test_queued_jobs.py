@@ -99,6 +99,22 @@ def test_claim_takes_a_field_and_a_queued_hash_alike(redis_client, qs, ws):
     assert_invariants(redis_client, qs)
 
 
+def test_an_id_popped_twice_in_one_claim_is_leased_once(redis_client, qs, ws):
+    """The claim reads the fields of its whole batch at once; an id in the ready list twice (a
+    hand edit, a foreign producer) still becomes one run: the second finds the Hash the first
+    wrote."""
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("t", {"n": 1}).job_id
+    other = queue.enqueue("t", {"n": 2}).job_id
+    redis_client.lpush(qs.keys.ready, job_id)
+    result = claim(redis_client, qs, ws)
+    assert [(j.id, j.lease) for j in result.jobs] == [(job_id, 1), (other, 1)]
+    assert redis_client.hlen(qs.keys.queued) == 0
+    assert redis_client.zrange(qs.keys.processing, 0, -1) == sorted([job_id, other])
+    assert read_record(redis_client, qs, job_id)["events"] == "2"
+    assert_invariants(redis_client, qs)
+
+
 def test_claim_of_a_field_whose_key_is_done_or_resource_busy(redis_client, qs, ws):
     """The outcomes that do not run a fresh job (a duplicate, a deferral) start from its Hash."""
     queue = Queue(redis_client, settings=qs)
