@@ -13,7 +13,14 @@ Two figures per library, runs interleaved (run 1 of every library, then run 2 ..
   requests at once.
 
 Each library's ratio is antre's median over its median; "fastest peer" is the peer with the
-highest median in the same run. It reports; it asserts nothing.
+highest median in the same run. Beside the libraries, the same loop of bare redis-py ``PING``s
+(one per job, on the same kind of client) gives the floor of one round trip per call on this
+machine: no library that waits for Redis's reply on each call can beat it. It reports; it
+asserts nothing.
+
+Redis's share is the server's own CPU time (``INFO cpu``, user + system) per job: the scripts
+and commands, parsing and the socket writes. (``INFO commandstats`` would count every command
+inside a script twice: once alone and once in the script's own time.)
 
     python bench/enqueue.py                              # every installed peer, 5 runs
     python bench/enqueue.py --only antre,huey,taskiq --runs 7 --jobs 20000
@@ -47,14 +54,25 @@ class Figures:
     redis_us: h.Series = field(default_factory=h.Series)
 
 
-def _redis_usec(r: redis.Redis) -> int:
-    return sum(int(v["usec"]) for v in r.info("commandstats").values())
+#: The bare round trip, measured as if it were a library (never counted as a peer).
+FLOOR = "(PING per call)"
+
+
+def _redis_usec(r: redis.Redis) -> float:
+    cpu = r.info("cpu")
+    return (float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])) * 1e6
+
+
+def _pings(r: redis.Redis, jobs: int) -> float:
+    started = time.perf_counter()
+    for _ in range(jobs):
+        r.ping()
+    return time.perf_counter() - started
 
 
 def measure(r: redis.Redis, jobs: int, enqueue: Callable[[], float]) -> tuple[float, float, float]:
     """(jobs/s, producer CPU us per job, Redis us per job) of one enqueue run."""
     r.flushall()
-    r.config_resetstat()
     usec_before = _redis_usec(r)
     cpu_before = time.process_time()
     took = enqueue()
@@ -68,11 +86,14 @@ def report(title: str, figures: dict[str, Figures]) -> None:
     print(f"\n{title}\n")
     rows = [[name, f.rate.fmt(), f.client_cpu_us.fmt(1), f.redis_us.fmt(1)]
             for name, f in figures.items()]
-    print(h.table(["library", "jobs/s", "producer CPU, us/job", "Redis, us/job"], rows))
+    print(h.table(["library", "jobs/s", "producer CPU, us/job", "Redis CPU, us/job"], rows))
     if "antre" not in figures:
         return
     antre = figures["antre"].rate.median
-    peers = {name: f.rate.median for name, f in figures.items() if name != "antre"}
+    peers = {name: f.rate.median for name, f in figures.items() if name not in ("antre", FLOOR)}
+    if FLOOR in figures:
+        print(f"antre / the floor of one round trip per call: "
+              f"{antre / figures[FLOOR].rate.median:.2f}x")
     for name, rate in peers.items():
         print(f"antre / {name}: {antre / rate:.2f}x")
     if peers:
@@ -87,7 +108,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per run and figure")
     args = parser.parse_args()
     server, adapters = h.start_with_adapters(args.only)
-    single = {name: Figures() for name in adapters}
+    single = {name: Figures() for name in [*adapters, FLOOR]}
     concurrent = {name: Figures() for name in adapters if name in ASYNC_LIBRARIES}
     r = h.client(server.url)
     print(h.load_line(), "(before)")
@@ -95,10 +116,11 @@ def main() -> None:
         for adapter in adapters.values():  # warm-up: imports, connections, script loads
             adapter.enqueue("noop", 200, bulk=False)
         for _ in range(args.runs):
-            for name, adapter in adapters.items():
-                figures = single[name]
-                rate, cpu, redis_us = measure(
-                    r, args.jobs, lambda a=adapter: a.enqueue("noop", args.jobs, bulk=False))
+            for name, figures in single.items():
+                run: Callable[[], float] = (
+                    (lambda: _pings(r, args.jobs)) if name == FLOOR else
+                    (lambda a=adapters[name]: a.enqueue("noop", args.jobs, bulk=False)))
+                rate, cpu, redis_us = measure(r, args.jobs, run)
                 figures.rate.add(rate)
                 figures.client_cpu_us.add(cpu)
                 figures.redis_us.add(redis_us)
