@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from antre import jobs, snapshots
+from antre import errors, jobs, snapshots
 from antre.client import AsyncQueue, Queue
 from antre.connection import connect_async
 from antre.dashboard import reading
@@ -184,6 +184,38 @@ def test_the_ack_taking_the_last_free_slot_of_the_ring_keeps_every_entry(redis_c
     assert info.history[:-1] == before.history
     assert [(e.n, e.event) for e in info.history[-1:]] == [(32, "acked")]
     assert (info.status, info.outcome, info.attempt) == ("done", "succeeded", 1)
+
+
+def test_the_same_lease_twice_in_one_ack_settles_once(redis_client, qs, ws):
+    """A caller that repeats a lease in one batch gets one ack: both answers, one `done`, and the
+    idempotency marker keeps its digest (a different request reusing the key stays refused)."""
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("t", {"n": 1}, idempotency_key="order-9").job_id
+    job = _claim_one(redis_client, qs, ws)
+    pair = (job_id, job.lease)
+    result = scripts.run(redis_client, ack_op(qs, [pair, ("other", 1), pair], worker_id=POD_WORKER))
+    assert result.held == [True, False, True]
+    assert redis_client.hget(qs.keys.stats, "done") == "1"
+    assert queue.get(job_id).status == "done"
+    with pytest.raises(errors.IdempotencyConflict, match=job_id):
+        queue.enqueue("t", {"n": 2}, idempotency_key="order-9")
+    assert queue.enqueue("t", {"n": 1}, idempotency_key="order-9") == (
+        type(queue.enqueue("t", 1))(job_id, False))
+    assert_invariants(redis_client, qs)
+
+
+def test_an_ack_whose_ring_slot_is_taken_overwrites_it_as_hset_would(redis_client, qs):
+    """A stray entry in the slot the ack's entry takes (a hand edit): the record is packed as the
+    HSET of the ack's fields leaves it, the stray entry replaced, not kept beside."""
+    queue = Queue(redis_client, settings=qs)
+    now = server_ms(redis_client)
+    ring = {f"h:{n}": f"released|{now - 1000 + n:x}|1|^|grace" for n in range(1, 8)}
+    seed_job(redis_client, qs, "stray", status="processing", attempt=1, lease=6, events=6,
+             **ring)
+    assert scripts.run(redis_client, ack_op(qs, [("stray", 6)], worker_id="w1")).held == [True]
+    history = queue.get("stray").history
+    assert [(e.n, e.event) for e in history] == [*((n, "released") for n in range(1, 7)),
+                                                 (7, "acked")]
 
 
 @pytest.mark.parametrize("status", ["cancelled-from-queued", "cancelled-from-dead", "duplicate"])

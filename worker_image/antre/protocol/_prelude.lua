@@ -152,7 +152,8 @@ local function packing_roles()
   return field_roles
 end
 
--- The packed text of a record given as HGETALL's flat field/value list.
+-- The packed text of a record given as HGETALL's flat field/value list. A name given twice
+-- keeps its last value, except the ring's h:<slot> fields: each one given is an entry.
 local function pack_record(flat)
   local r, extras, steps, others = {}, {}, nil, nil
   local slots, entries, roles = {}, {}, packing_roles()

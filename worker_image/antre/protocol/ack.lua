@@ -18,23 +18,36 @@
 --          another worker), or the resource lock is no longer the run's own; or the lease
 --          deadline passed, in which case the job is requeued here as the reaper would (the
 --          attempt counts) and runs again.
+--          A pair given twice in one call is settled once; both get its answer.
 -- Errors: none of its own.
 local processing_key, stats_key, ready_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local done_ttl_ms, idem_done_ttl_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local job_prefix, idem_prefix, lock_prefix, worker = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local stub_ttl_ms = tonumber(ARGV[7])
 local now = now_ms()
-local reply, ids, leases = {now}, {}, {}
+-- The same lease twice in one call is one ack: each pair is settled once, and a repeat gets
+-- the answer of its first occurrence (slots: where a pair's answer goes in the reply).
+local reply, ids, leases, slots = {now}, {}, {}, {}
+local first_slot, repeats = {}, {}
 for i = 8, #ARGV, 2 do
-  ids[#ids + 1] = ARGV[i]
-  leases[#leases + 1] = ARGV[i + 1]
+  local slot, pair = (i - 8) / 2 + 2, ARGV[i] .. '|' .. ARGV[i + 1]
+  if first_slot[pair] then
+    repeats[slot] = first_slot[pair]
+  else
+    first_slot[pair] = slot
+    ids[#ids + 1], leases[#leases + 1], slots[#slots + 1] = ARGV[i], ARGV[i + 1], slot
+  end
+end
+local function answer()
+  for slot, first in pairs(repeats) do reply[slot] = reply[first] end
+  return reply
 end
 if #ids == 0 then return reply end
 local deadlines = zmscore_all(processing_key, ids)
 
--- What the first pass reads of a record: f[1..8]. A kept record (done_ttl_ms > 0) is packed
--- from all its fields, so they are read here in one HGETALL and the ack's changes are added to
--- them before packing, rather than written with HSET and read back. A packed record (a late
+-- What the first pass reads of a record: f[1..8], and for a record to keep (done_ttl_ms > 0)
+-- all its fields, {flat = HGETALL's list, by_name = field -> value}: it is packed from them with
+-- the ack's changes added, rather than written with HSET and read back. A packed record (a late
 -- ack of a dead job) has no fields to read that way: read_fields unpacks it.
 local ACK_FIELDS = {'status', 'lease', 'worker', 'resource_key', 'idempotency_key', 'events',
   'attempt', 'outcome'}
@@ -42,10 +55,10 @@ local function read_record(job_key)
   if done_ttl_ms > 0 then
     local flat = redis.pcall('HGETALL', job_key)
     if not flat.err then
-      local r, f = {}, {}
-      for i = 1, #flat, 2 do r[flat[i]] = flat[i + 1] end
-      for i, name in ipairs(ACK_FIELDS) do f[i] = r[name] or false end
-      return f, flat
+      local by_name, f = {}, {}
+      for i = 1, #flat, 2 do by_name[flat[i]] = flat[i + 1] end
+      for i, name in ipairs(ACK_FIELDS) do f[i] = by_name[name] or false end
+      return f, {flat = flat, by_name = by_name}
     end
   end
   return read_fields(job_key, unpack(ACK_FIELDS)), nil
@@ -56,7 +69,7 @@ local settled, expired, late, removed = {}, {}, {}, {}
 for j, id in ipairs(ids) do
   local lease = leases[j]
   local job_key = job_prefix .. id
-  local f, flat = read_record(job_key)
+  local f, fields = read_record(job_key)
   local ours = f[2] == lease and f[3] == worker
   local ok = 0
   if ours and f[1] == 'processing' then
@@ -64,10 +77,10 @@ for j, id in ipairs(ids) do
     if deadline and deadline < now then
       -- Not trusted as held any more: the lease is treated as the reaper would treat it.
       f[9] = read_fields(job_key, 'max_attempts')[1]
-      expired[#expired + 1] = {j, id, lease, f, flat}
+      expired[#expired + 1] = {slots[j], id, lease, f, fields}
       removed[#removed + 1] = id
     elseif lease_held(f, id, lease, worker, deadline, now, lock_prefix) then
-      settled[#settled + 1] = {j, id, lease, f, flat}
+      settled[#settled + 1] = {slots[j], id, lease, f, fields}
       removed[#removed + 1] = id
       ok = 1
     end
@@ -78,26 +91,33 @@ for j, id in ipairs(ids) do
     removed[#removed + 1] = id
     ok = 1
   end
-  reply[j + 1] = ok
+  reply[slots[j]] = ok
 end
-if #removed == 0 then return reply end
+if #removed == 0 then return answer() end
 
 -- ZREM first: a write that cannot grow memory admits the script when Redis is at maxmemory
 -- (noeviction), so a full Redis can still ack, which is what frees memory. (A late ack's id is
 -- not in the processing set; ZREM of it there is harmless.)
 zrem_all(processing_key, removed)
 
--- `flat` is the record as read by read_record (HGETALL), or nil.
-local function settle_done(id, lease, f, note, flat)
+-- `fields` is the whole record as read_record read it, or nil.
+local function settle_done(id, lease, f, note, fields)
   local job_key = job_prefix .. id
-  local digest = f[5] and read_fields(job_key, 'idempotency_digest')[1]
+  local digest = nil
+  if f[5] and fields then
+    digest = fields.by_name.idempotency_digest
+  elseif f[5] then
+    digest = read_fields(job_key, 'idempotency_digest')[1]
+  end
   if done_ttl_ms > 0 then
     local n, hfield, hvalue = history_entry(f[6], 'acked', now, f[7], SAME_WORKER, note)
     local changes = {'status', 'done', 'outcome', 'succeeded', 'updated_at', now,
       'finished_at', now, 'events', n, hfield, hvalue}
-    -- Until the history ring wraps, the new entry's slot is free, so the fields as read plus
-    -- the changes are the record HSET would leave (pack_record keeps the last value of a name).
-    if flat and n <= HISTORY_SLOTS then
+    -- While the new entry's ring slot is free (until the ring wraps), the fields as read plus
+    -- the changes are the record HSET would leave: pack_record keeps the last value of a
+    -- field it knows by name, but takes every h:<slot> given as an entry.
+    if fields and fields.by_name[hfield] == nil then
+      local flat = fields.flat
       for _, value in ipairs(changes) do flat[#flat + 1] = value end
       redis.call('SET', job_key, pack_record(flat), 'PX', done_ttl_ms)
     else
@@ -119,13 +139,13 @@ end
 local LATE = 'acknowledged after its lease expired: its last attempt finished'
 local done, requeued = #settled, 0
 for _, record in ipairs(settled) do
-  local id, lease, f, flat = record[2], record[3], record[4], record[5]
-  settle_done(id, lease, f, nil, flat)
+  local id, lease, f, fields = record[2], record[3], record[4], record[5]
+  settle_done(id, lease, f, nil, fields)
   -- lease_held found the lock to be this run's: free it.
   if f[4] then redis.call('DEL', lock_prefix .. f[4]) end
 end
 for _, record in ipairs(expired) do
-  local j, id, lease, f, flat = record[1], record[2], record[3], record[4], record[5]
+  local slot, id, lease, f, fields = record[1], record[2], record[3], record[4], record[5]
   if (tonumber(f[7]) or 0) < (tonumber(f[9]) or 0) then
     expire_lease(job_prefix .. id, id, {f[1], f[2], f[7], f[9], f[4], f[6], f[3]}, now,
       ready_key, dead_key, lock_prefix)
@@ -133,9 +153,9 @@ for _, record in ipairs(expired) do
   else
     -- Its last attempt: the reaper would dead-letter it, but this ack says the run finished.
     release_lock(lock_prefix, f[4], id .. ':' .. lease)
-    settle_done(id, lease, f, LATE, flat)
+    settle_done(id, lease, f, LATE, fields)
     done = done + 1
-    reply[j + 1] = 1
+    reply[slot] = 1
   end
 end
 for _, record in ipairs(late) do
@@ -147,4 +167,4 @@ for _, record in ipairs(late) do
 end
 if requeued > 0 then redis.call('HINCRBY', stats_key, 'lease_expired', requeued) end
 if done > 0 then redis.call('HINCRBY', stats_key, 'done', done) end
-return reply
+return answer()
