@@ -20,6 +20,8 @@ import antre
 import pytest
 import redis
 from antre import HandlerRegistry, Job, Queue, QueueSettings, WorkerSettings, connection
+from antre.cli import main
+from antre.commands import EXIT_UNAVAILABLE
 from antre.protocol import scripts
 from antre.protocol.ack import ack_op
 from antre.protocol.claim import claim_op
@@ -196,6 +198,26 @@ def test_queued_jobs_over_the_cluster(
     claimed = scripts.run(client, claim_op(settings, WorkerSettings(), worker_id="w1", max_jobs=10))
     assert sorted(job.id for job in claimed.jobs) == sorted([fresh, delayed, "older"])
     assert all(queue.get(job_id).status == "processing" for job_id in (fresh, delayed, "older"))
+    check_invariants(cluster, settings)
+    client.close()
+
+
+def test_expand_queued_over_the_cluster(
+        cluster: Cluster, queue_pair: tuple[QueueSettings, QueueSettings]) -> None:
+    """``antre expand-queued`` through a redis+cluster:// URL: the fields become job Hashes in
+    the queue's slot, and the command still says a worker of this version is registered."""
+    client = connection.connect(cluster.url)
+    settings = queue_pair[0]
+    queue = Queue(client, settings=settings)
+    register_worker(client, settings)
+    ids = [queue.enqueue("work", {"n": n}, delay=60 if n else None).job_id for n in range(2)]
+    command = ["expand-queued", "--redis-url", cluster.url, "--queue", settings.name,
+               "--prefix", settings.prefix]
+    assert main(command) == EXIT_UNAVAILABLE
+    with cluster.owner(settings.keys.ready) as owner:
+        assert owner.exists(settings.keys.queued) == 0
+        assert [owner.hget(settings.keys.job(job_id), "status") for job_id in ids] == [
+            "queued", "scheduled"]
     check_invariants(cluster, settings)
     client.close()
 

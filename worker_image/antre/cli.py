@@ -35,7 +35,7 @@ MODULES: Final = (
     ("worker", "worker"), ("reaper", "reaper"), ("enqueue", "enqueue"), ("stats", "stats"),
     ("job", "job"), ("dlq", "dlq"), ("cancel", "cancel"), ("api", "api"),
     ("inspect", "inspect_doctor_top"), ("doctor", "inspect_doctor_top"),
-    ("top", "inspect_doctor_top"), ("demo", "demo"),
+    ("top", "inspect_doctor_top"), ("expand-queued", "expand_queued"), ("demo", "demo"),
 )
 
 
