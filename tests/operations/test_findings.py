@@ -156,6 +156,23 @@ def test_stale_worker() -> None:
     assert codes(snapshot(workers=[worker(beat_age_s=90)])) == {"stale_worker": Severity.WARNING}
 
 
+def test_workers_of_an_earlier_version() -> None:
+    """Beside compact queued jobs an earlier worker drops what it pops: critical. Without any,
+    it only means enqueues write Hashes for now: information, and during a rolling upgrade the
+    normal state."""
+    earlier = dataclasses.replace(worker(), worker_id="w-old", claims_queued_fields=False)
+    upgrading = snapshot(workers=[worker(), earlier])
+    assert codes(upgrading) == {"earlier_version_workers": Severity.INFO}
+    losing = dataclasses.replace(upgrading, queued_fields=12)
+    [finding] = findings.diagnose(losing)
+    assert (finding.severity, finding.code) == (Severity.CRITICAL,
+                                                "queued_jobs_with_earlier_workers")
+    assert "w-old" in finding.summary and "12 compact queued job(s)" in finding.summary
+    assert "antre expand-queued" in finding.action
+    # Compact jobs with only this version's workers are the normal state.
+    assert codes(snapshot(queued_fields=12)) == {}
+
+
 def test_eviction_policy() -> None:
     assert codes(snapshot(eviction_warning="maxmemory-policy is allkeys-lru")) == {
         "redis_eviction": Severity.CRITICAL}

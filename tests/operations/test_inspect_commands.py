@@ -84,6 +84,28 @@ def test_backlog_without_workers(queue: Queue, redis_url: str, capsys: Any) -> N
     assert code == 2 and "no_workers" in out
 
 
+def test_an_earlier_worker_beside_compact_queued_jobs(queue: Queue, redis_url: str,
+                                                      capsys: Any) -> None:
+    """A worker of an earlier version registers in `workers` only; with jobs queued in the
+    compact form (written while this version served the queue alone) doctor says they are
+    being lost."""
+    queue_states.register_worker(queue)
+    queue.enqueue_many([("t", i) for i in range(3)])
+    assert queue.redis.hlen(queue.keys.queued) == 3
+    queue.redis.set(queue.keys.worker("w-old"), json.dumps({"pod": "pod-old"}), px=30_000)
+    queue.redis.zadd(queue.keys.workers, {"w-old": queue_states.server_ms(queue)})
+    registry = queue.worker_registry()
+    assert {w.worker_id: w.claims_queued_fields for w in registry.entries} == {
+        "w-1": True, "w-old": False}
+    assert registry.queued_fields == 3
+    code, out = run(capsys, redis_url, "doctor")
+    assert code == 2
+    assert "CRITICAL queued_jobs_with_earlier_workers: 1 worker(s) of an earlier version (w-old)" in out
+    code, out = run(capsys, redis_url, "inspect")
+    assert "w-old  pod=pod-old" in out and "(earlier version)" in out
+    assert out.count("(earlier version)") == 1
+
+
 def test_inspect_json(queue: Queue, redis_url: str, capsys: Any) -> None:
     queue_states.register_worker(queue)
     queue_states.stuck_lease(queue)

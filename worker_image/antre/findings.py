@@ -94,6 +94,8 @@ class Snapshot:
     topology: Topology | None = None
     #: The queue's ``durable_replicas``: replicas each durable write waits for.
     durable_replicas: int = 0
+    #: Jobs queued as fields of the queued Hash (PROTOCOL.md "Queued jobs").
+    queued_fields: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +234,8 @@ def diagnose(snapshot: Snapshot, thresholds: Thresholds = Thresholds()) -> list[
                     "start workers: check the worker Deployment of this JobQueue (replicas, "
                     "pod status, `kubectl logs`) and the operator's autoscaler"))
 
+    findings.extend(_version_findings(snapshot))
+
     stuck = [lease for lease in snapshot.expired_leases
              if lease.expired_for_s >= thresholds.stuck_lease_s]
     if stuck:
@@ -359,6 +363,28 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "~"
 
 
+def _version_findings(snapshot: Snapshot) -> list[Finding]:
+    """Workers of an earlier version claim a job only from its own Hash (PROTOCOL.md
+    "Versions"): beside compact queued jobs they lose them; otherwise they only cost memory."""
+    earlier = [worker.worker_id for worker in snapshot.workers
+               if not worker.claims_queued_fields]
+    if not earlier:
+        return []
+    named = ", ".join(earlier[:3]) + (" ..." if len(earlier) > 3 else "")
+    if snapshot.queued_fields:
+        return [Finding(Severity.CRITICAL, "queued_jobs_with_earlier_workers",
+                        f"{len(earlier)} worker(s) of an earlier version ({named}) serve a queue "
+                        f"holding {snapshot.queued_fields} compact queued job(s); such a worker "
+                        "drops a compact job when it pops its id",
+                        "stop the earlier workers now; to roll back, stop this version's workers, "
+                        "run `antre expand-queued`, then start the earlier ones")]
+    return [Finding(Severity.INFO, "earlier_version_workers",
+                    f"{len(earlier)} worker(s) of an earlier version ({named}): enqueues write "
+                    "each job as its own Hash (about 2.5x the memory of a compact one) until "
+                    "they leave the registry",
+                    "none during a rolling upgrade; if it persists, upgrade those workers")]
+
+
 def _replication_findings(snapshot: Snapshot, thresholds: Thresholds) -> list[Finding]:
     """Which server is the primary and how its replicas follow; nothing for a single server
     without replicas reached directly (nothing to report)."""
@@ -449,6 +475,7 @@ def render(snapshot: Snapshot, findings: Sequence[Finding] | None = None, *,
         f"last beat {_s(w.beat_age_s)} ago  "
         f"up {_s(max(w.read_at_ms - w.started_at_ms, 0) / 1000) if w.started_at_ms else '-'}"
         f"{f'  stuck threads {w.stuck_threads}' if w.stuck_threads else ''}"
+        f"{'' if w.claims_queued_fields else '  (earlier version)'}"
         for w in snapshot.workers])
     if snapshot.bad_worker_entries:
         lines.append(_cut("  unreadable registry entries: "

@@ -215,7 +215,8 @@ def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | N
                     locks_complete=scan_complete,
                     workers=sorted(registry.entries, key=lambda w: w.worker_id),
                     bad_worker_entries=registry.unreadable, eviction_warning=warning,
-                    topology=servers, durable_replicas=settings.durable_replicas)
+                    topology=servers, durable_replicas=settings.durable_replicas,
+                    queued_fields=registry.queued_fields)
 
 
 def _int(value: Any, default: int = 0) -> int:

@@ -29,6 +29,9 @@ class WorkerEntry:
     #: Jobs whose resource lock this worker keeps for a handler thread still running past its
     #: timeout (the heartbeat extends the lock until the thread returns).
     kept_lock_jobs: tuple[str, ...] = ()
+    #: False for a worker of an earlier version, which claims a job only from its own Hash
+    #: (PROTOCOL.md "Versions"): it drops a job queued as a field when it pops its id.
+    claims_queued_fields: bool = True
 
     @property
     def beat_age_s(self) -> float:
@@ -40,6 +43,8 @@ class WorkerRegistry:
     entries: list[WorkerEntry]
     #: Ids of live entries that cannot be read (bad JSON, not an object, wrong field types).
     unreadable: list[str]
+    #: Jobs queued as fields of the queue's queued Hash when the registry was read.
+    queued_fields: int = 0
 
 
 def workers_op(settings: QueueSettings) -> Op[WorkerRegistry]:
@@ -48,7 +53,7 @@ def workers_op(settings: QueueSettings) -> Op[WorkerRegistry]:
     def parse(reply: list[Any]) -> WorkerRegistry:
         now = int(reply[0])
         entries, unreadable = [], []
-        for i in range(1, len(reply), 3):
+        for i in range(2, len(reply), 4):
             # One unreadable entry (another version, a hand edit) must not hide the others.
             try:
                 raw = json.loads(reply[i + 2])
@@ -61,9 +66,11 @@ def workers_op(settings: QueueSettings) -> Op[WorkerRegistry]:
                     started_at_ms=int(raw.get("started_at_ms", 0)), read_at_ms=now,
                     stuck_threads=int(raw.get("stuck_threads", 0)),
                     kept_lock_jobs=tuple(str(job) for job in raw.get("kept_locks") or ()),
+                    claims_queued_fields=int(reply[i + 3]) == 1,
                 ))
             except (ValueError, TypeError, AttributeError):
                 unreadable.append(str(reply[i]))
-        return WorkerRegistry(entries=entries, unreadable=unreadable)
+        return WorkerRegistry(entries=entries, unreadable=unreadable,
+                              queued_fields=int(reply[1]))
 
-    return Op(load("workers"), [k.workers], [k.worker_prefix], parse)
+    return Op(load("workers"), [k.workers, k.field_readers, k.queued], [k.worker_prefix], parse)
