@@ -117,9 +117,13 @@ local function settle_done(id, lease, f, note, fields)
     -- the changes are the record HSET would leave: pack_record keeps the last value of a
     -- field it knows by name, but takes every h:<slot> given as an entry.
     if fields and fields.by_name[hfield] == nil then
-      local flat = fields.flat
-      for _, value in ipairs(changes) do flat[#flat + 1] = value end
-      redis.call('SET', job_key, pack_record(flat), 'PX', done_ttl_ms)
+      local text = not note and packed_one_run(fields.by_name, #fields.flat / 2, now)
+      if not text then
+        local flat = fields.flat
+        for _, value in ipairs(changes) do flat[#flat + 1] = value end
+        text = pack_record(flat)
+      end
+      redis.call('SET', job_key, text, 'PX', done_ttl_ms)
     else
       redis.call('HSET', job_key, unpack(changes))
       keep_finished(job_key, done_ttl_ms)
