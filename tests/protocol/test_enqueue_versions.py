@@ -105,6 +105,19 @@ def test_an_earlier_worker_gets_hashes_until_its_entry_is_gone(redis_client, qs)
     assert claimed.jobs[0].id == mixed[0].job_id and claimed.jobs[-1].id == after
 
 
+def test_a_gone_worker_left_in_field_readers_does_not_count_for_an_earlier_one(redis_client, qs):
+    """A worker of this version killed, then pruned from `workers` by a reaper of an earlier
+    version, which knows no `field_readers`: its entry stays there. With one earlier worker
+    registered the two sets are the same size, but not the same workers: Hashes."""
+    register_worker(redis_client, qs, worker_id="w-gone")
+    redis_client.zrem(qs.keys.workers, "w-gone")  # what the earlier reaper leaves
+    register_earlier_worker(redis_client, qs)
+    assert redis_client.zcard(qs.keys.workers) == redis_client.zcard(qs.keys.field_readers)
+    job_id = Queue(redis_client, settings=qs).enqueue("t", 1).job_id
+    assert form(redis_client, qs, job_id) == "hash"
+    assert_invariants(redis_client, qs)
+
+
 @pytest.mark.parametrize("served", [False, True], ids=["hash", "field"])
 def test_an_id_names_one_job_across_the_forms(redis_client, qs, served):
     """An id repeated in one batch, and an id already queued in the other form, keep the job

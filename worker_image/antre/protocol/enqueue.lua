@@ -26,8 +26,10 @@ local ready_key, retry_key, stats_key, queued_key = KEYS[1], KEYS[2], KEYS[3], K
 local count = tonumber(ARGV[1])
 local now = now_ms()
 local result = {}
-local readers = redis.call('ZCARD', KEYS[6])
-local as_fields = readers > 0 and readers == redis.call('ZCARD', KEYS[5])
+-- By membership, not by size: a reaper of an earlier version prunes KEYS[5] only, so KEYS[6] may
+-- keep the entries of workers of this version that are gone, as many as the earlier ones.
+local as_fields = redis.call('EXISTS', KEYS[5]) == 1
+  and #redis.call('ZDIFF', 2, KEYS[5], KEYS[6]) == 0
 
 -- A key dedupes the same request (type and payload) only: reused for a different one, it is
 -- an error, not a read of the other job (as payment APIs answer 409).
