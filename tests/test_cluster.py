@@ -204,8 +204,8 @@ def test_queued_jobs_over_the_cluster(
 
 def test_expand_queued_over_the_cluster(
         cluster: Cluster, queue_pair: tuple[QueueSettings, QueueSettings]) -> None:
-    """``antre expand-queued`` through a redis+cluster:// URL: the fields become job Hashes in
-    the queue's slot, and the command still says a worker of this version is registered."""
+    """``antre expand-queued`` through a redis+cluster:// URL: refused while a worker of this
+    version is registered, then the fields become job Hashes in the queue's slot."""
     client = connection.connect(cluster.url)
     settings = queue_pair[0]
     queue = Queue(client, settings=settings)
@@ -214,6 +214,10 @@ def test_expand_queued_over_the_cluster(
     command = ["expand-queued", "--redis-url", cluster.url, "--queue", settings.name,
                "--prefix", settings.prefix]
     assert main(command) == EXIT_UNAVAILABLE
+    with cluster.owner(settings.keys.ready) as owner:
+        assert owner.hlen(settings.keys.queued) == 2
+        owner.delete(settings.keys.workers)  # the worker stopped
+    assert main(command) == 0
     with cluster.owner(settings.keys.ready) as owner:
         assert owner.exists(settings.keys.queued) == 0
         assert [owner.hget(settings.keys.job(job_id), "status") for job_id in ids] == [

@@ -101,6 +101,11 @@ def test_an_earlier_worker_beside_compact_queued_jobs(queue: Queue, redis_url: s
     code, out = run(capsys, redis_url, "doctor")
     assert code == 2
     assert "CRITICAL queued_jobs_with_earlier_workers: 1 worker(s) of an earlier version (w-old)" in out
+    code, out = run(capsys, redis_url, "inspect", "--json")
+    data = json.loads(out)
+    assert data["depth"]["queued_fields"] == 3
+    assert {w["worker_id"]: w["claims_queued_fields"] for w in data["workers"]} == {
+        "w-1": True, "w-old": False}
     code, out = run(capsys, redis_url, "inspect")
     assert "w-old  pod=pod-old" in out and "(earlier version)" in out
     assert out.count("(earlier version)") == 1

@@ -1,9 +1,9 @@
 """Queued fields expanded into job Hashes before workers are rolled back (PROTOCOL.md
 "Versions"): each field becomes the Hash that enqueue writes for workers of an earlier version,
-a delayed one scheduled, its id left where it waits; a field whose id has a job key is left as
-it is; ``antre expand-queued`` runs it in calls of at most 200 until no field is left, and does
-not report success while workers of this version are registered (enqueues then keep writing
-fields)."""
+a delayed one scheduled, its id left where it waits (or pushed again with ``requeue``, for ids
+an earlier worker already dropped); a field whose id has a job key is left as it is; nothing
+changes while a worker of this version is registered (enqueues would go on writing fields), a
+stale `field_readers` entry aside; ``antre expand-queued`` scans in calls of about 200."""
 
 from __future__ import annotations
 
@@ -48,8 +48,13 @@ def test_fields_become_the_hashes_enqueue_writes_for_earlier_workers(redis_clien
     ready = redis_client.lrange(qs.keys.ready, 0, -1)
     retry = redis_client.zrange(qs.keys.retry, 0, -1, withscores=True)
 
+    refused = scripts.run(redis_client, expand_queued_op(qs))
+    assert (refused.expanded, refused.left, refused.field_readers) == (0, 3, 1)
+    assert redis_client.hlen(qs.keys.queued) == 3
+    _unregister(redis_client, qs)
     result = scripts.run(redis_client, expand_queued_op(qs))
-    assert (result.expanded, result.left, result.clashing, result.field_readers) == (3, 0, 0, 1)
+    assert (result.cursor, result.expanded, result.left, result.field_readers,
+            result.clashing) == ("0", 3, 0, 0, ())
     assert redis_client.exists(qs.keys.queued) == 0
     assert redis_client.lrange(qs.keys.ready, 0, -1) == ready
     assert redis_client.zrange(qs.keys.retry, 0, -1, withscores=True) == retry
@@ -65,7 +70,6 @@ def test_fields_become_the_hashes_enqueue_writes_for_earlier_workers(redis_clien
         _without_times(record) for record in twins]
 
     # Claimed as Hashes (the delayed one stays scheduled until due).
-    _unregister(redis_client, qs)
     leased = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=10)).jobs
     assert sorted(job.id for job in leased) == sorted(ids[:2])
     assert queue.get(ids[2]).status == "scheduled"
@@ -76,12 +80,44 @@ def test_a_field_whose_job_key_exists_is_left_as_it_is(redis_client, qs):
     register_worker(redis_client, qs)
     queue = Queue(redis_client, settings=qs)
     kept, clash = (queue.enqueue("t", n).job_id for n in range(2))
+    _unregister(redis_client, qs)
     redis_client.set(qs.keys.job(clash), "edited by hand")
     result = scripts.run(redis_client, expand_queued_op(qs))
-    assert (result.expanded, result.left, result.clashing) == (1, 1, 1)
+    assert (result.expanded, result.left, result.clashing) == (1, 1, (clash,))
     assert redis_client.hkeys(qs.keys.queued) == [clash]
     assert redis_client.get(qs.keys.job(clash)) == "edited by hand"
     assert redis_client.hget(qs.keys.job(kept), "status") == "queued"
+
+
+def test_requeue_recovers_ids_an_earlier_worker_dropped(redis_client, qs, ws):
+    """After a rollback in the wrong order an earlier worker popped an id it found only as a
+    field and dropped it; with ``requeue`` the job's id is pushed again, and the one still in
+    the list twice is claimed once."""
+    register_worker(redis_client, qs)
+    queue = Queue(redis_client, settings=qs)
+    dropped, listed = (queue.enqueue("t", n).job_id for n in range(2))
+    delayed = queue.enqueue("t", 2, delay=60).job_id
+    _unregister(redis_client, qs)
+    assert redis_client.rpop(qs.keys.ready) == dropped  # what the earlier claim did
+    result = scripts.run(redis_client, expand_queued_op(qs, requeue=True))
+    assert result.expanded == 3
+    assert sorted(redis_client.lrange(qs.keys.ready, 0, -1)) == sorted([listed, listed, dropped])
+    claimed = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=10)).jobs
+    assert sorted(job.id for job in claimed) == sorted([dropped, listed])
+    assert redis_client.llen(qs.keys.ready) == 0
+    assert queue.get(delayed).status == "scheduled"
+    assert_invariants(redis_client, qs)
+
+
+def test_a_gone_workers_field_readers_entry_does_not_block_it(redis_client, qs):
+    """An entry of this version left in `field_readers` by an earlier reaper (which prunes
+    `workers` only) names no registered worker."""
+    register_worker(redis_client, qs, worker_id="w-gone")
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("t", 1).job_id
+    redis_client.zrem(qs.keys.workers, "w-gone")
+    assert scripts.run(redis_client, expand_queued_op(qs)).expanded == 1
+    assert redis_client.hget(qs.keys.job(job_id), "status") == "queued"
 
 
 def test_a_queued_key_of_the_wrong_type_is_one_clear_error(redis_client, qs):
@@ -91,7 +127,7 @@ def test_a_queued_key_of_the_wrong_type_is_one_clear_error(redis_client, qs):
         scripts.run(redis_client, expand_queued_op(qs))
 
 
-def test_the_command_expands_every_field_and_waits_for_this_versions_workers(
+def test_the_command_waits_for_this_versions_workers_then_expands_every_field(
         redis_client, redis_url, qs, capsys):
     register_worker(redis_client, qs)
     queue = Queue(redis_client, settings=qs)
@@ -99,15 +135,16 @@ def test_the_command_expands_every_field_and_waits_for_this_versions_workers(
     assert redis_client.hlen(qs.keys.queued) == 450
     command = ["expand-queued", "--redis-url", redis_url, "--queue", qs.name]
 
-    # A worker of this version is still registered: everything queued is expanded, but the
-    # command says the rollback is not safe yet.
+    # A worker of this version is still registered: nothing changes, and the one line says why.
     assert main(command) == EXIT_UNAVAILABLE
     out = capsys.readouterr()
-    assert out.out.strip() == "expanded 450 queued job(s) into Hashes; 0 left"
+    assert out.out == ""
     assert "1 worker(s) of this version are registered on queue 'q'" in out.err
-    assert redis_client.exists(qs.keys.queued) == 0
-    assert_invariants(redis_client, qs)
+    assert len(out.err.strip().splitlines()) == 1
+    assert redis_client.hlen(qs.keys.queued) == 450
 
     _unregister(redis_client, qs)
     assert main(command) == 0
-    assert capsys.readouterr().out.strip() == "expanded 0 queued job(s) into Hashes; 0 left"
+    assert capsys.readouterr().out.strip() == "expanded 450 queued job(s) into Hashes; 0 left"
+    assert redis_client.exists(qs.keys.queued) == 0
+    assert_invariants(redis_client, qs)

@@ -377,7 +377,8 @@ def _version_findings(snapshot: Snapshot) -> list[Finding]:
                         f"holding {snapshot.queued_fields} compact queued job(s); such a worker "
                         "drops a compact job when it pops its id",
                         "stop the earlier workers now; to roll back, stop this version's workers, "
-                        "run `antre expand-queued`, then start the earlier ones")]
+                        "run `antre expand-queued --requeue` (it also requeues the jobs already "
+                        "dropped), then start the earlier ones")]
     return [Finding(Severity.INFO, "earlier_version_workers",
                     f"{len(earlier)} worker(s) of an earlier version ({named}): enqueues write "
                     "each job as its own Hash (about 2.5x the memory of a compact one) until "
@@ -501,7 +502,8 @@ def to_dict(snapshot: Snapshot, findings: Sequence[Finding], *,
         "depth": {"ready": after.ready, "processing": after.processing,
                   "expired_leases": after.expired_leases, "retry": after.scheduled,
                   "retry_due": after.due, "dead": after.dead, "backlog": after.backlog,
-                  "oldest_ready_age_s": after.oldest_ready_age_s, "counters": after.counters},
+                  "oldest_ready_age_s": after.oldest_ready_age_s, "counters": after.counters,
+                  "queued_fields": snapshot.queued_fields},
         "trend": {"interval_s": change.interval_s, "ready_delta": change.ready_delta,
                   "backlog_delta": change.backlog_delta, "dead_delta": change.dead_delta,
                   "ready_rate_per_s": change.ready_rate_per_s,

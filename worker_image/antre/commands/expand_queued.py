@@ -13,28 +13,38 @@ from antre.protocol.expand_queued import expand_queued_op
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    """No options of its own: the queue and Redis options say which queue."""
+    parser.add_argument(
+        "--requeue", action="store_true",
+        help="also push each expanded job that is not delayed to the head of the ready list: "
+             "recovers jobs whose id a worker of an earlier version already popped and dropped "
+             "(an id in the list twice is still claimed once)")
 
 
 def run(args: argparse.Namespace) -> int:
     queue = open_queue(args)
-    total = 0
+    expanded, cursor = 0, "0"
+    clashing: list[str] = []
     while True:
-        # A call of at most MAX_JOBS_PER_CALL fields, so Redis is never held for long.
-        result = scripts.run(queue.redis, expand_queued_op(queue.settings))
-        total += result.expanded
-        if result.expanded == 0 or result.left == 0:
+        # One call scans about MAX_JOBS_PER_CALL fields, so Redis is never held for long.
+        step = scripts.run(queue.redis, expand_queued_op(queue.settings, cursor,
+                                                         requeue=args.requeue))
+        if step.field_readers:
+            raise Unavailable(
+                f"{step.field_readers} worker(s) of this version are registered on queue "
+                f"{queue.name!r}, and enqueues write compact jobs while any is: stop them (a "
+                "killed one leaves the registry when its entry expires and `antre reaper "
+                "--once` runs), then run this again; nothing was changed by this call")
+        expanded += step.expanded
+        clashing.extend(step.clashing)
+        cursor = step.cursor
+        if cursor == "0":
             break
-    print(f"expanded {total} queued job(s) into Hashes; {result.left} left")
-    if result.field_readers:
+    print(f"expanded {expanded} queued job(s) into Hashes; {step.left} left")
+    if clashing:
+        shown = ", ".join(clashing[:3]) + (" ..." if len(clashing) > 3 else "")
         raise Unavailable(
-            f"{result.field_readers} worker(s) of this version are registered on queue "
-            f"{queue.name!r}: enqueues keep writing queued fields while any is; stop them, "
-            "then run this again before starting workers of an earlier version")
-    if result.left:
-        raise Unavailable(
-            f"{result.left} queued field(s) name a job whose key exists already and were left "
-            f"as they are: see `antre job <id>` for the ids in HKEYS {queue.keys.queued}")
+            f"{len(clashing)} queued field(s) name a job whose key exists already and were left "
+            f"as they are ({shown}): compare them with `antre job <id>`")
     return 0
 
 
