@@ -15,6 +15,7 @@ from typing import Any
 import redis.asyncio
 from aiohttp.test_utils import TestClient, TestServer
 from antre import AsyncQueue, Queue
+from registered_workers import register_earlier_worker, register_worker
 
 from dashboard.conftest import TOKEN, sign_in
 
@@ -44,6 +45,23 @@ async def test_numbers_are_the_depth_scripts(ui: TestClient[Any, Any], aredis: A
     stats = await (await ui.get("/v1/queues/emails/stats",
                                 headers={"Authorization": f"Bearer {TOKEN}"})).json()
     assert (stats["ready"], stats["scheduled"], stats["backlog"]) == (1234, 1, 1234)
+
+
+async def test_a_worker_of_an_earlier_version_is_marked(ui: TestClient[Any, Any],
+                                                        redis_client: Any) -> None:
+    """Beside compact queued jobs it drops what it pops: the worker table says which worker
+    is of an earlier version, and the doctor's finding says what to do."""
+    queue = Queue(redis_client, "emails")
+    register_worker(redis_client, queue.settings, worker_id="w-new")
+    queue.enqueue_many([("t", i) for i in range(2)])
+    register_earlier_worker(redis_client, queue.settings, worker_id="w-old")
+    await sign_in(ui)
+    page = await (await ui.get("/ui/queues/emails")).text()
+    rows = re.findall(r"<tr>\s*<td><code>(w-[a-z]+)</code>(.*?)</td>", page, re.S)
+    assert {worker: "earlier version" in rest for worker, rest in rows} == {
+        "w-new": False, "w-old": True}
+    assert '<li class="critical" data-code="queued_jobs_with_earlier_workers">' in page
+    assert "holding 2 compact queued job(s)" in page
 
 
 async def test_record_json_is_the_apis_job(ui: TestClient[Any, Any], redis_client: Any) -> None:
