@@ -399,17 +399,22 @@ local function pack_in_place(key, ttl_ms)
   end
 end
 
+-- `command key value...` for any number of values, 1,000 per call (an even count, so pairs
+-- stay together): Lua's unpack has a limit of a few thousand values.
+local function call_in_chunks(command, key, values)
+  for first = 1, #values, 1000 do
+    redis.call(command, key, unpack(values, first, math.min(first + 999, #values)))
+  end
+end
+
 -- Turns a packed record back into its Hash (a dead job replayed, cancelled or late-acked), so
 -- the script goes on with HSET as for any live record. A Hash is left as it is.
 local function unpack_in_place(key, id)
   if redis.call('TYPE', key)['ok'] ~= 'string' then return end
   local r = unpack_record(redis.call('GET', key), id)
   if not r then return end
-  local flat = flat_fields(r)
   redis.call('DEL', key)
-  for first = 1, #flat, 1000 do
-    redis.call('HSET', key, unpack(flat, first, math.min(first + 999, #flat)))
-  end
+  call_in_chunks('HSET', key, flat_fields(r))
 end
 
 -- Moves a job to the dead letters with its reason; the caller counts it in the stats. `extra`
@@ -448,12 +453,7 @@ local function release_lock(lock_prefix, resource_key, token)
   end
 end
 
--- ZREM of any number of members: Lua's unpack has a limit of a few thousand values.
-local function zrem_all(key, members)
-  for first = 1, #members, 1000 do
-    redis.call('ZREM', key, unpack(members, first, math.min(first + 999, #members)))
-  end
-end
+local function zrem_all(key, members) call_in_chunks('ZREM', key, members) end
 
 -- Moves due ids from the retry ZSET to the head of the ready list, earliest due first. A job
 -- delayed at enqueue is still a field of the queued Hash, whose status follows from where its

@@ -194,14 +194,9 @@ for i, id in ipairs(ids) do
   end
 end
 
--- In chunks: Lua's unpack has a limit of a few thousand values, and an error here would
--- strand every job of the batch.
-for first = 1, #leased, 1000 do
-  redis.call('ZADD', processing_key, unpack(leased, first, math.min(first + 999, #leased)))
-end
-for first = 1, #taken_ids, 1000 do
-  redis.call('HDEL', queued_key, unpack(taken_ids, first, math.min(first + 999, #taken_ids)))
-end
+-- In chunks: an error here (Lua's unpack limit) would strand every job of the batch.
+call_in_chunks('ZADD', processing_key, leased)
+call_in_chunks('HDEL', queued_key, taken_ids)
 if #dups > 0 then redis.call('HINCRBY', stats_key, 'duplicate', #dups / 3) end
 if deferred > 0 then redis.call('HINCRBY', stats_key, 'lock_deferred', deferred) end
 -- When everything popped was deferred or settled, tell the worker when the next job is due,

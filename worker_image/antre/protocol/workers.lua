@@ -14,13 +14,16 @@ local queued = redis.pcall('HLEN', queued_key)
 if type(queued) ~= 'number' then queued = 0 end
 local result = {now_ms(), queued}
 local members = redis.call('ZRANGE', workers_key, 0, -1, 'WITHSCORES')
+local ids = {}
+for i = 1, #members, 2 do ids[#ids + 1] = members[i] end
+local reading = zmscore_all(readers_key, ids)
 for i = 1, #members, 2 do
   local entry = redis.pcall('GET', worker_prefix .. members[i])
   if type(entry) == 'string' then
     result[#result + 1] = members[i]
     result[#result + 1] = members[i + 1]
     result[#result + 1] = entry
-    result[#result + 1] = redis.call('ZSCORE', readers_key, members[i]) and 1 or 0
+    result[#result + 1] = reading[(i + 1) / 2] and 1 or 0
   end
 end
 return result
