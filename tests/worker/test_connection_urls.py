@@ -39,3 +39,19 @@ def test_bad_urls_are_refused_without_the_password(url: str) -> None:
         connection.connect(url)
     assert "redis url" in str(caught.value)
     assert "s3cret" not in str(caught.value)
+
+
+@pytest.mark.parametrize("make", [connection.connect, connection.connect_async],
+                         ids=["sync", "async"])
+def test_connections_announce_the_installed_redis_py_version(make) -> None:
+    """antre gives redis-py its version once instead of letting every new connection look it
+    up in the package metadata; what a connection announces (CLIENT SETINFO lib-ver) is still
+    the installed distribution's version."""
+    from importlib import metadata
+
+    client = make("redis://127.0.0.1:1/0")
+    first = client.connection_pool.make_connection()
+    second = client.connection_pool.make_connection()
+    assert first.driver_info.lib_version == metadata.version("redis")
+    assert first.driver_info.formatted_name == "redis-py"
+    assert second.driver_info is first.driver_info
