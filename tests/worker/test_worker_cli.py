@@ -265,10 +265,11 @@ def test_every_option_has_help_and_shows_its_default():
     assert missing == []
 
 
-#: What only ``antre api``, the diagnosis commands and a worker serving /metrics use; a worker
-#: starting without --metrics-port must not import it.
+#: What only ``antre api``, the diagnosis commands, producers and a worker serving /metrics use;
+#: a worker starting without --metrics-port must not import it.
 NOT_FOR_THE_WORKER = ("aiohttp.web", "jinja2", "antre.api", "antre.dashboard", "antre.findings",
-                      "antre.snapshots", "prometheus_client", "antre.metrics")
+                      "antre.snapshots", "prometheus_client", "antre.metrics", "antre.client",
+                      "antre.enqueue_batcher")
 
 
 def _modules_after(command: str) -> list[str]:
@@ -292,13 +293,14 @@ def test_each_command_imports_only_what_it_uses():
     assert "antre.findings" in heavy(_modules_after("doctor"))
 
 
-def test_a_running_worker_without_a_metrics_port_imports_neither_http_server_nor_prometheus(
+def test_a_running_worker_without_a_metrics_port_imports_neither_http_server_nor_producer(
         redis_client, redis_url, tmp_path):
-    """The handler reports what the worker process has imported by the time it runs a job."""
+    """The handler reports what the worker process has imported by the time it runs a job:
+    not the HTTP server, not prometheus-client, and not the producer's client, although the
+    handler module does ``import antre`` and uses its names."""
     (tmp_path / "probe_jobs.py").write_text(
         "import sys\nimport antre\n\n@antre.handler('probe')\nasync def probe(job):\n"
-        "    heavy = sorted(m for m in sys.modules if m.startswith(('aiohttp.web', 'jinja2',"
-        " 'antre.api', 'antre.dashboard', 'prometheus_client', 'antre.metrics')))\n"
+        f"    heavy = sorted(m for m in sys.modules if m.startswith({NOT_FOR_THE_WORKER!r}))\n"
         "    raise antre.Permanent('loaded: ' + ','.join(heavy))\n")
     queue = Queue(redis_client, settings=QS)
     job_id = queue.enqueue("probe").job_id

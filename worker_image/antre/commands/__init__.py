@@ -14,10 +14,12 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from antre import connection, errors, fields, redis_urls, settings
-from antre.client import Queue
+
+if TYPE_CHECKING:
+    from antre.client import Queue
 
 DEFAULT_URL: Final = "redis://127.0.0.1:6379/0"
 
@@ -100,6 +102,8 @@ def json_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def open_queue(args: argparse.Namespace) -> Queue:
+    from antre.client import Queue  # a worker's command line never needs the producer's client
+
     queue_settings = settings.queue_settings_from_env(name=args.queue, prefix=args.prefix)
     return Queue(connection.connect(args.redis_url), settings=queue_settings)
 
