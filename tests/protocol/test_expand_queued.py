@@ -13,7 +13,7 @@ import pytest
 from antre import errors
 from antre.cli import main
 from antre.client import Queue
-from antre.commands import EXIT_UNAVAILABLE
+from antre.commands import EXIT_CONFLICT, EXIT_UNAVAILABLE
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
 from antre.protocol.expand_queued import expand_queued_op
@@ -87,6 +87,25 @@ def test_a_field_whose_job_key_exists_is_left_as_it_is(redis_client, qs):
     assert redis_client.hkeys(qs.keys.queued) == [clash]
     assert redis_client.get(qs.keys.job(clash)) == "edited by hand"
     assert redis_client.hget(qs.keys.job(kept), "status") == "queued"
+
+
+def test_the_command_names_the_clashing_fields_and_exits_with_a_conflict(
+        redis_client, redis_url, qs, capsys):
+    register_worker(redis_client, qs)
+    queue = Queue(redis_client, settings=qs)
+    ids = [queue.enqueue("t", n).job_id for n in range(6)]
+    _unregister(redis_client, qs)
+    for clash in ids[:4]:
+        redis_client.set(qs.keys.job(clash), "edited by hand")
+
+    assert main(["expand-queued", "--redis-url", redis_url, "--queue", qs.name]) == EXIT_CONFLICT
+    out = capsys.readouterr()
+    assert out.out.strip() == "expanded 2 queued job(s) into Hashes; 4 left"
+    [line] = out.err.strip().splitlines()
+    assert "4 queued field(s) name a job whose key exists already" in line
+    assert len([job_id for job_id in ids[:4] if job_id in line]) == 3  # the first three, then
+    assert " ...): compare them with `antre job <id>`" in line
+    assert sorted(redis_client.hkeys(qs.keys.queued)) == sorted(ids[:4])
 
 
 def test_requeue_recovers_ids_an_earlier_worker_dropped(redis_client, qs, ws):

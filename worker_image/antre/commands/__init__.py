@@ -26,6 +26,9 @@ DEFAULT_URL: Final = "redis://127.0.0.1:6379/0"
 EXIT_USAGE: Final = 2
 #: A job (or one of the given jobs) does not exist.
 EXIT_NOT_FOUND: Final = 3
+#: Some of what the command was to change conflicts with what Redis holds and was left as it
+#: is; sysexits' EX_DATAERR.
+EXIT_CONFLICT: Final = 65
 #: Redis (or a port to listen on) is not available; sysexits' EX_UNAVAILABLE.
 EXIT_UNAVAILABLE: Final = 69
 

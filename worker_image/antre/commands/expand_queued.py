@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Final
 
-from antre.commands import Command, Unavailable, open_queue
+from antre.commands import EXIT_CONFLICT, Command, Unavailable, open_queue
 from antre.protocol import scripts
 from antre.protocol.expand_queued import expand_queued_op
 
@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
         shown = ", ".join(clashing[:3]) + (" ..." if len(clashing) > 3 else "")
         raise Unavailable(
             f"{len(clashing)} queued field(s) name a job whose key exists already and were left "
-            f"as they are ({shown}): compare them with `antre job <id>`")
+            f"as they are ({shown}): compare them with `antre job <id>`",
+            exit_code=EXIT_CONFLICT)
     return 0
 
 
