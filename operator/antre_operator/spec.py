@@ -319,8 +319,9 @@ def _secret_ref(section: Mapping[str, Any], key: str, path: str, *,
 REDACTED: Final = "<redacted>"
 #: Query parameters credentials are taken from (redis-py's, and the Sentinels' own); never
 #: allowed in a plain spec.redis.url.
+#: ``ssl_password`` is the passphrase of the TLS client key.
 SECRET_QUERY_PARAMETERS: Final = frozenset({"password", "username", "sentinel_password",
-                                            "sentinel_username"})
+                                            "sentinel_username", "ssl_password"})
 
 
 def check_redis_url(url: str, *, field: str, tls: bool) -> None:
@@ -348,6 +349,12 @@ def check_redis_url(url: str, *, field: str, tls: bool) -> None:
         raise InvalidSpec(field, REDACTED,
                           "must be a parsable URL (host, then an optional numeric port; "
                           "a password must be percent-encoded)") from None
+    if "@" in parts.path + parts.query + parts.fragment:
+        # An unescaped '/', '?' or '#' in a password ends the host part early: the client would
+        # connect to a "host" that is part of the password, and a message naming it would show it.
+        raise InvalidSpec(field, REDACTED,
+                          "must be a parsable URL: '@' after the host (a password holding '/', "
+                          "'?', '#' or '@' must be percent-encoded)")
     if not parts.hostname:
         raise InvalidSpec(field, REDACTED, "must name a host, e.g. redis://redis:6379/0")
     try:  # its message names the option, never its value

@@ -68,3 +68,22 @@ def test_scheme_selects_a_sentinel_client_that_connects_lazily() -> None:
         assert sentinel_urls.is_sentinel_url("REDIS+SENTINEL://s1/mymaster")
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("password", ["S3cr?et", "S3cr/et", "S3cr#et", "S3c@ret", "S3cr:et"])
+def test_a_password_with_unescaped_delimiters_is_read_whole(password: str) -> None:
+    """The user info ends at the last '@', so an unescaped '?', '/', '#', '@' or ':' in the
+    password stays in it (redis-py alone would read 'S3cr' as a port and quote it in its
+    message)."""
+    parsed = sentinel_urls.parse_url(f"redis+sentinel://app:{password}@s1:26379/mymaster/2")
+    assert parsed.server_options["password"] == password
+    assert parsed.server_options["username"] == "app"
+    assert parsed.sentinels == (("s1", 26379),) and parsed.server_options["db"] == 2
+
+
+def test_a_bad_option_value_is_named_without_any_piece_of_the_url() -> None:
+    with pytest.raises(errors.InvalidArgument) as caught:
+        sentinel_urls.parse_url("redis+sentinel://:S3cret@s1/m?socket_timeout=S3cret2")
+    message = str(caught.value)
+    assert "S3cret" not in message and "options after '?'" in message
+    assert len(message.splitlines()) == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from antre import connection
 from antre_operator import settings, spec
 from operator_samples import FULL, MINIMAL, parse, sample
 
@@ -114,3 +115,22 @@ def test_a_url_from_a_secret_may_carry_credentials_but_errors_never_show_it() ->
     with pytest.raises(spec.InvalidSpec) as info:
         spec.check_redis_url("redis://:hun/ter2@r:6380/0", field="url", tls=False)
     assert "hunter2" not in str(info.value) and "hun/ter2" not in str(info.value)
+
+
+@pytest.mark.parametrize("url", [
+    "redis://user:p@ss/w0rd@redis:6379",  # read as host 'ss' and path 'w0rd@redis:6379'
+    "redis://user:p@ss?w0rd@redis:6379",
+    "redis://user:p@ss#w0rd@redis:6379",
+])
+def test_a_password_that_ends_the_host_early_is_refused_without_naming_that_host(url: str) -> None:
+    with pytest.raises(spec.InvalidSpec) as info:
+        spec.check_redis_url(url, field="url", tls=False)
+    message = str(info.value)
+    assert "percent-encoded" in message
+    assert "'ss'" not in message and "w0rd" not in message
+
+
+def test_the_tls_key_passphrase_is_a_secret_query_parameter() -> None:
+    with pytest.raises(spec.InvalidSpec, match="password or username query parameter"):
+        spec.check_plain_url("rediss://r:6380/0?ssl_password=hunter2", field="spec.redis.url")
+    assert "hunter2" not in connection.redact("rediss://r:6380/0?ssl_password=hunter2")

@@ -28,7 +28,7 @@ CONNECT_TIMEOUT_S = 5.0
 
 
 _SECRET_QUERY_KEYS = ("password", "username", "user", "pass", "sentinel_password",
-                      "sentinel_username")
+                      "sentinel_username", "ssl_password")
 
 
 def redact(url: str) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Final
-from urllib.parse import parse_qsl, unquote, urlencode
+from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 import redis.connection
 
@@ -72,6 +72,11 @@ def _host_port(text: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
+def _encoded_userinfo(userinfo: str) -> str:
+    username, colon, password = userinfo.partition(":")
+    return quote(unquote(username), safe="") + colon + quote(unquote(password), safe="")
+
+
 def parse_url(url: str) -> SentinelUrl:
     """Parses a ``redis+sentinel://`` URL. Messages never contain any part of the URL (a
     malformed one may hold a password where a host was expected), so callers may show them as
@@ -103,14 +108,18 @@ def parse_url(url: str) -> SentinelUrl:
     pairs = parse_qsl(query, keep_blank_values=True)
     sentinel_query = {name: value for name, value in pairs if name in SENTINEL_QUERY_KEYS}
     server_query = [(name, value) for name, value in pairs if name not in SENTINEL_QUERY_KEYS]
-    # redis-py parses the servers' options as for a redis:// URL with the same user info.
-    server_url = f"{base}://{userinfo + '@' if at else ''}sentinel/{db}"
+    # redis-py parses the servers' options as for a redis:// URL with the same user info,
+    # percent-encoded again so that a '/', '?', '#' or '@' in the password stays in it.
+    server_url = f"{base}://{_encoded_userinfo(userinfo) + '@' if at else ''}sentinel/{db}"
     if server_query:
         server_url += "?" + urlencode(server_query)
     try:
         options = redis.connection.parse_url(server_url)  # type: ignore[no-untyped-call]
-    except ValueError as exc:
-        raise errors.InvalidArgument(str(exc).replace(server_url, "the URL")) from None
+    except ValueError:
+        # redis-py's messages may quote a piece of the URL, which may be a piece of a password.
+        raise errors.InvalidArgument(
+            "the user info or the options after '?' could not be read: give numbers where "
+            "options take numbers, and percent-encode a password holding ':' or '%'") from None
     for name in ("host", "port", "connection_class", "path"):
         options.pop(name, None)
     tls = base == "rediss"
