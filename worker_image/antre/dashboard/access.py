@@ -54,7 +54,7 @@ def safe_return(dashboard: Dashboard, target: str | None, default: str) -> str:
 def set_session_cookie(dashboard: Dashboard, request: web.Request, response: web.StreamResponse,
                        name: str, value: str, max_age_s: int) -> None:
     response.set_cookie(name, value, max_age=max_age_s, path=dashboard.mount, httponly=True,
-                        samesite="Strict", secure=request.secure)
+                        samesite="Strict", secure=_over_https(request))
 
 
 def secure_headers(response: web.StreamResponse) -> None:
@@ -67,12 +67,25 @@ def secure_headers(response: web.StreamResponse) -> None:
     response.headers.setdefault("Cache-Control", "no-store")
 
 
+def _over_https(request: web.Request) -> bool:
+    """Whether the browser reached this server over HTTPS: directly, or through an Ingress or
+    load balancer that ended TLS and says so (``X-Forwarded-Proto``), or as the page's own
+    origin shows. It only decides whether cookies are marked ``Secure``, which a forged header
+    can only make stricter."""
+    forwarded = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower()
+    return (request.secure or forwarded == "https"
+            or request.headers.get("Origin", "").lower().startswith("https://"))
+
+
 def _origin_ok(request: web.Request) -> bool:
-    """A browser names the page's origin on every POST; it must be this server."""
+    """A browser names the page's origin on every POST; it must be this server's host. The
+    scheme is not compared: behind an Ingress that ends TLS the browser's origin is https://
+    while this server is spoken to over plain HTTP."""
     origin = request.headers.get("Origin")
     if origin is None:
         return True
-    return origin == f"{request.scheme}://{request.host}"
+    scheme, sep, host = origin.partition("://")
+    return bool(sep) and scheme.lower() in ("http", "https") and host.lower() == request.host.lower()
 
 
 @web.middleware
