@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 from antre import Backoff, Permanent, Queue, Retry
 from antre.failures import UNKNOWN_TYPE_GRACE_S
@@ -253,4 +254,43 @@ async def test_duplicate_by_done_key_is_acked_without_running(redis_client, ared
     assert calls == []
     assert queue.get(job_id).outcome == "duplicate"
     assert queue.stats().counters.get("duplicate") == 1
+    assert_invariants(redis_client, qs)
+
+
+async def test_a_blocking_step_runs_in_the_handlers_thread_while_the_worker_goes_on(
+        redis_client, aredis, qs):
+    """A ``step_blocking`` action longer than the lease: the worker's loop keeps renewing the
+    lease and running other jobs meanwhile, so the step runs once and the job is done in its
+    first attempt (the action used to run on the loop itself, stalling the whole worker until
+    its leases expired and the step ran again elsewhere)."""
+    registry = HandlerRegistry()
+    step_threads: list[str] = []
+    step_started = threading.Event()
+
+    @registry.handler("charge")
+    def charge(job):
+        def slow_charge():
+            step_threads.append(threading.current_thread().name)
+            step_started.set()
+            time.sleep(2.5)
+            return "receipt"
+        assert job.step_blocking("charge", slow_charge) == "receipt"
+
+    @registry.handler("ping")
+    async def ping(job):
+        pass
+
+    queue = Queue(redis_client, settings=qs)
+    slow = queue.enqueue("charge").job_id
+    async with running_worker(aredis, qs, registry, visibility_timeout_s=1.0):
+        await eventually(step_started.is_set, message="the step to start")
+        quick = queue.enqueue("ping").job_id
+        await eventually(lambda: status_of(redis_client, qs, quick) == "done", timeout_s=2,
+                         message="another job done while the step runs")
+        assert status_of(redis_client, qs, slow) == "processing"
+        await eventually(lambda: status_of(redis_client, qs, slow) == "done",
+                         message="the job with the step")
+    assert len(step_threads) == 1 and step_threads[0] != threading.main_thread().name
+    assert queue.get(slow).attempt == 1
+    assert queue.get(slow).steps == {"charge": "receipt"}
     assert_invariants(redis_client, qs)

@@ -96,25 +96,40 @@ class Job:
         a replay of the job returns that result without calling ``action`` again. Recording
         raises :class:`antre.LeaseLost` if this run no longer holds the job.
         """
+        steps = await self._loaded_steps()
+        if name in steps:
+            return json.loads(steps[name])  # type: ignore[no-any-return]
+        outcome = action()
+        result: T = await outcome if isinstance(outcome, Awaitable) else outcome
+        await self._record(name, result)
+        return result
+
+    def step_blocking(self, name: str, action: Callable[[], T]) -> T:
+        """:meth:`step` for plain ``def`` handlers, which run in a worker thread. ``action``
+        runs in that thread too: only loading and recording the steps go to the worker's event
+        loop, which keeps renewing leases and running other jobs meanwhile."""
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("Job.step_blocking needs a job handed out by a worker")
+        steps = asyncio.run_coroutine_threadsafe(self._loaded_steps(), loop).result()
+        if name in steps:
+            return json.loads(steps[name])  # type: ignore[no-any-return]
+        result = action()
+        asyncio.run_coroutine_threadsafe(self._record(name, result), loop).result()
+        return result
+
+    async def _loaded_steps(self) -> dict[str, str]:
         if self._record_step is None or self._load_steps is None:
             raise RuntimeError("Job.step needs a job handed out by a worker")
         if self._steps is None:
             self._steps = await self._load_steps()
-        if name in self._steps:
-            return json.loads(self._steps[name])  # type: ignore[no-any-return]
-        outcome = action()
-        result: T = await outcome if isinstance(outcome, Awaitable) else outcome
+        return self._steps
+
+    async def _record(self, name: str, result: Any) -> None:
+        assert self._record_step is not None and self._steps is not None  # loaded first
         encoded = json.dumps(result, separators=(",", ":"))
         await self._record_step(name, encoded)
         self._steps[name] = encoded
-        return result
-
-    def step_blocking(self, name: str, action: Callable[[], T]) -> T:
-        """:meth:`step` for plain ``def`` handlers, which run in a worker thread."""
-        if self._loop is None:
-            raise RuntimeError("Job.step_blocking needs a job handed out by a worker")
-        future = asyncio.run_coroutine_threadsafe(self.step(name, action), self._loop)
-        return future.result()
 
 
 @dataclass(frozen=True, slots=True)
