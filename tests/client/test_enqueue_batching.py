@@ -169,3 +169,40 @@ async def test_close_waits_for_the_enqueues_of_its_batches(
     await queue.close()
     assert all(task.done() and task.result().created for task in pending)
     assert redis_client.llen(QS.keys.ready) == 10
+
+
+def _jobs_with_a_conflict_at(position: int, count: int) -> list[Any]:
+    jobs: list[Any] = [("t", {"n": n}) for n in range(count)]
+    jobs[position - 1] = {"type": "t", "payload": {"n": "another"}, "idempotency_key": "K"}
+    return jobs
+
+
+async def test_a_refused_later_call_names_the_job_in_the_whole_list_and_what_was_written(
+        queue: AsyncQueue, redis_client: redis.Redis) -> None:
+    """enqueue_many writes 200 jobs per script call; Redis refuses a call whose job reuses an
+    idempotency key for another payload, after the calls before it were written."""
+    from antre import Queue
+
+    sync = Queue(redis_client, settings=QS)
+    sync.enqueue("t", {"n": "first"}, idempotency_key="K")
+    for enqueue_many in (sync.enqueue_many, queue.enqueue_many):
+        before = redis_client.llen(QS.keys.ready)
+        with pytest.raises(errors.IdempotencyConflict) as caught:
+            result = enqueue_many(_jobs_with_a_conflict_at(250, 300))
+            if asyncio.iscoroutine(result):
+                await result
+        message = str(caught.value)
+        assert message.startswith("job 250: idempotency key K was used for job ")
+        assert "the calls before it wrote the first 200" in message
+        assert len(message.splitlines()) == 1
+        written = caught.value.enqueued
+        assert len(written) == MAX_JOBS_PER_CALL and all(r.created for r in written)
+        assert redis_client.llen(QS.keys.ready) == before + MAX_JOBS_PER_CALL
+        assert [read_record(redis_client, QS, r.job_id)["status"] for r in written[::50]] == [
+            "queued"] * 4
+
+    # Refused in the first call: nothing written, the message as Redis gave it.
+    with pytest.raises(errors.IdempotencyConflict) as caught:
+        sync.enqueue_many(_jobs_with_a_conflict_at(150, 300))
+    assert str(caught.value).startswith("job 150: ") and caught.value.enqueued == ()
+    assert_invariants(redis_client, QS)

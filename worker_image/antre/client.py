@@ -6,6 +6,7 @@ run them, so a job enqueued by one is exactly what the other would have written.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -118,6 +119,22 @@ class _QueueBase:
         return f"{type(self).__name__}({self.settings.name!r}, prefix={self.settings.prefix!r})"
 
 
+def _refused_after_writes(exc: errors.InvalidArgument,
+                          written: list[EnqueueResult]) -> errors.InvalidArgument:
+    """Redis refused a later script call of an ``enqueue_many`` (an idempotency conflict, a key
+    of the wrong type) after the earlier calls wrote their jobs: the refused job is numbered in
+    the caller's whole list, and the jobs already written are named and carried."""
+    if not written:
+        return exc
+    message = re.sub(r"^job (\d+)", lambda m: f"job {len(written) + int(m.group(1))}", str(exc),
+                     count=1)
+    refused = type(exc)(f"{message}; its call of up to {scripts.MAX_JOBS_PER_CALL} jobs wrote "
+                        f"nothing, the calls before it wrote the first {len(written)} (the "
+                        "error's .enqueued holds their results)")
+    refused.enqueued = tuple(written)
+    return refused
+
+
 def _unconfirmed_enqueue(exc: errors.NotReplicated, written: list[EnqueueResult], *,
                          single: bool) -> errors.NotReplicated:
     """The NotReplicated of an enqueue, naming its jobs and what to do; ``result`` is the
@@ -163,7 +180,10 @@ class Queue(_QueueBase):
             raise _unconfirmed_enqueue(exc, [], single=True) from None
 
     def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[EnqueueResult]:
-        """Adds many jobs, 200 per round trip; all are validated before any is written."""
+        """Adds many jobs, 200 per script call. All are validated before any is written, and
+        Redis checks each call's jobs before it writes any of them; when it refuses a later
+        call (an idempotency key used for another payload), the jobs of the calls before it are
+        enqueued, and the error carries them as ``enqueued``."""
         results: list[EnqueueResult] = []
         for op in self._enqueue_calls.ops([to_new_job(spec) for spec in jobs]):
             self._register()
@@ -171,6 +191,8 @@ class Queue(_QueueBase):
                 results.extend(self._run(op))
             except errors.NotReplicated as exc:
                 raise _unconfirmed_enqueue(exc, results, single=False) from None
+            except errors.InvalidArgument as exc:
+                raise _refused_after_writes(exc, results) from None
         return results
 
     def _register(self) -> None:
@@ -275,6 +297,8 @@ class AsyncQueue(_QueueBase):
                 results.extend(await self._run(op))
             except errors.NotReplicated as exc:
                 raise _unconfirmed_enqueue(exc, results, single=False) from None
+            except errors.InvalidArgument as exc:
+                raise _refused_after_writes(exc, results) from None
         return results
 
     async def _register(self) -> None:

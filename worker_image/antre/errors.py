@@ -7,6 +7,7 @@ client or the worker. Every message names the field, the value and what is allow
 from __future__ import annotations
 
 import math
+from typing import Any
 
 
 class AntreError(Exception):
@@ -14,7 +15,13 @@ class AntreError(Exception):
 
 
 class InvalidArgument(AntreError, ValueError):
-    """A caller passed a value antre cannot accept; the message says which and why."""
+    """A caller passed a value antre cannot accept; the message says which and why.
+
+    ``enqueued``: when Redis refuses one of the later script calls of an ``enqueue_many`` (it
+    writes 200 jobs per call), the results of the jobs the earlier calls wrote; empty otherwise.
+    """
+
+    enqueued: tuple[Any, ...] = ()
 
 
 class PayloadTooLarge(InvalidArgument):
