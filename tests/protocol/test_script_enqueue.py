@@ -218,6 +218,13 @@ def test_default_payload_limit_is_256_kib(redis_client, qs, queue):
         queue.enqueue("t", "x" * (256 * 1024))
 
 
+def _nested_lists(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     pytest.param({"job_type": ""}, r"type: got ''; must be a non-empty string", id="empty-type"),
     pytest.param({"job_type": "x" * 201}, r"type: .* at most 200 characters", id="long-type"),
@@ -225,8 +232,18 @@ def test_default_payload_limit_is_256_kib(redis_client, qs, queue):
     pytest.param({"payload": float("nan")}, r"payload: .*JSON-serialisable", id="nan-payload"),
     pytest.param({"max_attempts": 0}, r"max_attempts: got 0; must be an integer >= 1", id="zero-attempts"),
     pytest.param({"max_attempts": True}, r"max_attempts: got True", id="bool-attempts"),
-    pytest.param({"delay": -1}, r"delay: got -1; must be a finite number of seconds >= 0",
-                 id="negative-delay"),
+    pytest.param({"delay": -1}, r"delay: got -1; must be a number of seconds from 0 to "
+                 r"315,360,000 \(ten years\)", id="negative-delay"),
+    pytest.param({"delay": 1e300}, r"delay: got 1e\+300; must be a number of seconds from 0",
+                 id="absurd-delay"),
+    pytest.param({"payload": {1: "a", "b": 2}}, r"payload: .*dict with string keys",
+                 id="mixed-keys"),
+    pytest.param({"payload": _nested_lists(20_000)},
+                 r"payload: maximum recursion depth.*nested at most", id="deeply-nested"),
+    pytest.param({"job_type": "t\udcff"}, r"type: got 't\\udcff'; must be valid Unicode text",
+                 id="lone-surrogate-type"),
+    pytest.param({"idempotency_key": "k\ud800"}, r"idempotency_key: .*must be valid Unicode",
+                 id="lone-surrogate-key"),
     pytest.param({"idempotency_key": ""}, r"idempotency_key: got ''; must be a non-empty", id="empty-idem"),
     pytest.param({"resource_key": "r" * 513}, r"resource_key: .* at most 512", id="long-resource"),
 ])

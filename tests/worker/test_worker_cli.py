@@ -118,7 +118,13 @@ def test_dlq_list_replay_purge(redis_client, redis_url, capsys):
                  "antre worker: --visibility-timeout (env ANTRE_VISIBILITY_TIMEOUT): got 0.1; "
                  "must be a number >= 1", id="flag-named-in-settings-error"),
     pytest.param(["enqueue", "t", "{}", "--delay", "inf"], EXIT_USAGE,
-                 "antre enqueue: delay: got inf; must be a finite number", id="infinite-delay"),
+                 "antre enqueue: delay: got inf; must be a number of seconds from 0 to",
+                 id="infinite-delay"),
+    pytest.param(["enqueue", "t", "[" * 20_000 + "]" * 20_000], EXIT_USAGE,
+                 "antre enqueue: payload: not valid JSON (maximum recursion depth",
+                 id="deeply-nested-json"),
+    pytest.param(["job", "\udcff"], EXIT_USAGE,
+                 "antre: argument '\\udcff': not valid UTF-8 text", id="undecodable-argument"),
 ])
 def test_user_errors_are_one_line(redis_client, redis_url, capsys, args, code, message):
     assert cli(redis_url, *args) == code

@@ -14,7 +14,8 @@ import logging
 import threading
 import time
 
-from antre import Backoff, HandlerRegistry, Job, Queue, Retry
+import pytest
+from antre import Backoff, HandlerRegistry, Job, Queue, Retry, errors
 from antre.metrics import WorkerMetrics
 from invariants import as_queued_hash, assert_invariants, read_record
 from worker_harness import eventually, running_worker, status_of
@@ -52,6 +53,14 @@ async def test_an_unusable_retry_is_a_failure_not_a_stuck_job(redis_client, ared
         await eventually(lambda: status_of(redis_client, qs, job_id) == "dead")
     assert "Retry.delay: got inf" in queue.get(job_id).last_error
     assert_invariants(redis_client, qs)
+
+
+@pytest.mark.parametrize("delay", [-1, 1e300, float("nan"), "soon"])
+def test_a_retry_delay_outside_ten_years_is_refused_with_one_line(delay):
+    with pytest.raises(errors.InvalidArgument) as caught:
+        Retry("later", delay=delay)
+    assert str(caught.value).startswith(f"Retry.delay: got {delay!r}; must be a number of "
+                                        "seconds from 0 to 315,360,000 (ten years)")
 
 
 async def test_an_object_with_async_call_is_awaited(redis_client, aredis, qs):

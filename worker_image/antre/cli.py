@@ -80,6 +80,12 @@ def _command_named(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    for arg in argv:
+        try:
+            arg.encode()
+        except UnicodeEncodeError:  # bytes the locale could not decode, kept as surrogates
+            print(f"antre: argument {arg!r:.100}: not valid UTF-8 text", file=sys.stderr)
+            return EXIT_USAGE
     try:
         parser = build_parser(argv)
     except errors.InvalidArgument as exc:  # a bad ANTRE_* default, e.g. ANTRE_REDIS_TLS=maybe

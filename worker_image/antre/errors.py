@@ -6,7 +6,6 @@ client or the worker. Every message names the field, the value and what is allow
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 
@@ -71,6 +70,19 @@ class ProtocolError(AntreError):
     """A script replied with something its wrapper does not understand."""
 
 
+#: The longest delay an enqueue or a :class:`Retry` may ask for: ten years. Far beyond any
+#: real schedule, and far below where a time in milliseconds stops being exact in Redis.
+MAX_DELAY_S = 10 * 365 * 24 * 3600
+
+
+def check_delay(name: str, delay: object) -> None:
+    """Refuses a delay that is not a number of seconds from 0 to :data:`MAX_DELAY_S`."""
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or not (
+            0 <= delay <= MAX_DELAY_S):
+        raise InvalidArgument(f"{name}: got {delay!r}; must be a number of seconds from 0 to "
+                              f"{MAX_DELAY_S:,} (ten years)")
+
+
 class Retry(Exception):
     """Raise from a handler to retry the job later.
 
@@ -79,8 +91,8 @@ class Retry(Exception):
 
     def __init__(self, reason: str = "retry requested", *, delay: float | None = None) -> None:
         super().__init__(reason)
-        if delay is not None and not (0 <= delay < math.inf):
-            raise InvalidArgument(f"Retry.delay: got {delay!r}; must be a finite number >= 0 seconds")
+        if delay is not None:
+            check_delay("Retry.delay", delay)
         self.delay = delay
 
 

@@ -29,8 +29,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         payload = json.loads(args.payload)
-    except ValueError as exc:
-        raise errors.InvalidArgument(f"payload: not valid JSON ({exc}): {args.payload!r}") from None
+    except (ValueError, RecursionError) as exc:
+        raise errors.InvalidArgument(
+            f"payload: not valid JSON ({exc}): {args.payload!r:.200}") from None
     result = open_queue(args).enqueue(
         args.type, payload, idempotency_key=args.idempotency_key, resource_key=args.resource_key,
         max_attempts=args.max_attempts, delay=args.delay)

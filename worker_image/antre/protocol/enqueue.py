@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,11 +46,13 @@ def encode(settings: QueueSettings, job: NewJob) -> list[ScriptArg]:
             f"type: got {job.type!r}; must be a non-empty string of at most 200 characters, "
             "without control characters"
         )
+    _check_utf8("type", job.type)
     try:
         payload = _PAYLOAD_ENCODER.encode(job.payload)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise errors.InvalidArgument(
-            f"payload: {exc}; must be JSON-serialisable (dict, list, str, int, float, bool, None)"
+            f"payload: {exc}; must be JSON-serialisable (dict with string keys, list, str, int, "
+            "float, bool, None), nested at most a few hundred levels"
         ) from None
     headers = _encode_headers(job.headers)
     size = len(payload.encode()) + len(headers.encode())
@@ -63,20 +64,30 @@ def encode(settings: QueueSettings, job: NewJob) -> list[ScriptArg]:
     max_attempts = settings.max_attempts if job.max_attempts is None else job.max_attempts
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise errors.InvalidArgument(f"max_attempts: got {max_attempts!r}; must be an integer >= 1")
-    if isinstance(job.delay_s, bool) or not isinstance(job.delay_s, int | float) or not (
-        0 <= job.delay_s < math.inf
-    ):
-        raise errors.InvalidArgument(f"delay: got {job.delay_s!r}; must be a finite number of seconds >= 0")
+    errors.check_delay("delay", job.delay_s)
     for name in ("idempotency_key", "resource_key"):
         value = getattr(job, name)
         if value is not None and (not isinstance(value, str) or not value or len(value) > 512):
             raise errors.InvalidArgument(
                 f"{name}: got {value!r}; must be a non-empty string of at most 512 characters"
             )
+        _check_utf8(name, value)
     return [
         new_job_id(), job.type, payload, max_attempts, int(job.delay_s * 1000),
         job.idempotency_key or "", job.resource_key or "", headers,
     ]
+
+
+def _check_utf8(name: str, value: str | None) -> None:
+    """Redis gets strings as UTF-8: a lone surrogate (from a command line's undecodable bytes,
+    say) cannot be sent."""
+    try:
+        if value is not None:
+            value.encode()
+    except UnicodeEncodeError as exc:
+        raise errors.InvalidArgument(
+            f"{name}: got {value!r:.100}; must be valid Unicode text ({exc.reason} at position "
+            f"{exc.start})") from None
 
 
 def _encode_headers(headers: Any) -> str:
