@@ -296,7 +296,7 @@ class Reconciler:
             return self._parsed[1]
         jq = spec.parse_jobqueue(name=self.name, namespace=self.namespace,
                                  spec=body.get("spec") or {})
-        rendering.check_name(jq.name)
+        rendering.check_name(jq)
         policy.check_jobqueue(jq, self.state.settings.policy)
         self._parsed = None if version is None else (version, jq)
         return jq

@@ -12,6 +12,7 @@ Kubernetes OpenAPI schemas.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Final
 
 from antre import fields, redis_urls
@@ -38,11 +39,22 @@ def api_name(jobqueue: str) -> str:
     return f"{jobqueue}-api"
 
 
-def check_name(name: str) -> None:
-    if len(name) > MAX_NAME_LENGTH:
-        raise spec.InvalidSpec("metadata.name", name,
+#: A Service's name (RFC 1035 label): a JobQueue's own name may also hold dots or start with a
+#: digit, which its API's Service could not.
+_SERVICE_NAME_RE: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
+def check_name(jq: spec.JobQueueSpec) -> None:
+    """Refuses a JobQueue name its children could not carry."""
+    if len(jq.name) > MAX_NAME_LENGTH:
+        raise spec.InvalidSpec("metadata.name", jq.name,
                                f"must be at most {MAX_NAME_LENGTH} characters so that the child "
-                               f"'{reaper_name(name)}' fits the CronJob name limit")
+                               f"'{reaper_name(jq.name)}' fits the CronJob name limit")
+    if jq.api.enabled and not _SERVICE_NAME_RE.fullmatch(jq.name):
+        raise spec.InvalidSpec("metadata.name", jq.name,
+                               "must start with a letter and hold only lower case letters, digits "
+                               "and '-' while spec.api.enabled is true, so that its Service "
+                               f"'{api_name(jq.name)}' is a valid Service name")
 
 
 def selector_labels(jobqueue: str, component: str) -> dict[str, str]:
@@ -332,7 +344,7 @@ class Children:
 
 
 def render_children(jq: spec.JobQueueSpec, owner_uid: str, *, replicas: int) -> Children:
-    check_name(jq.name)
+    check_name(jq)
     present = [
         render_worker_deployment(jq, owner_uid, replicas=replicas),
         render_reaper_cronjob(jq, owner_uid),

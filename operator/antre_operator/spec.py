@@ -204,9 +204,16 @@ def _section(spec: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
     return value
 
 
+def _given(section: Mapping[str, Any], key: str, default: Any) -> Any:
+    """The field's value, or ``default`` when it is absent or null: the API server prunes an
+    explicit null, but an object stored before a CRD upgrade may still carry one."""
+    value = section.get(key)
+    return default if value is None else value
+
+
 def _int(section: Mapping[str, Any], key: str, path: str, *, default: int | None,
          minimum: int, maximum: int | None = None) -> int:
-    value = section.get(key, default)
+    value = _given(section, key, default)
     if value is None:
         raise InvalidSpec(f"{path}.{key}", value, "is required")
     bounds = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
@@ -226,7 +233,7 @@ def _optional_int(section: Mapping[str, Any], key: str, path: str, *, minimum: i
 
 def _number(section: Mapping[str, Any], key: str, path: str, *, default: float,
             minimum: float, maximum: float) -> float:
-    value = section.get(key, default)
+    value = _given(section, key, default)
     rule = f"must be a number between {minimum:g} and {maximum:g}"
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidSpec(f"{path}.{key}", value, rule)
@@ -236,7 +243,7 @@ def _number(section: Mapping[str, Any], key: str, path: str, *, default: float,
 
 
 def _bool(section: Mapping[str, Any], key: str, path: str, *, default: bool) -> bool:
-    value = section.get(key, default)
+    value = _given(section, key, default)
     if not isinstance(value, bool):
         raise InvalidSpec(f"{path}.{key}", value, "must be true or false")
     return value
@@ -244,7 +251,7 @@ def _bool(section: Mapping[str, Any], key: str, path: str, *, default: bool) -> 
 
 def _str(section: Mapping[str, Any], key: str, path: str, *, default: str | None = None,
          pattern: re.Pattern[str] | None = None, choices: Sequence[str] = ()) -> str | None:
-    value = section.get(key, default)
+    value = _given(section, key, default)
     if value is None:
         return None
     if not isinstance(value, str) or not value:
@@ -386,7 +393,8 @@ def _parse_redis(spec: Mapping[str, Any], name: str) -> RedisSpec:
     url = _str(section, "url", path)
     url_secret = _secret_ref(section, "urlSecretRef", path, default_key="url")
     if (url is None) == (url_secret is None):
-        raise InvalidSpec(path, dict(section), "give exactly one of url and urlSecretRef")
+        given = sorted(key for key in ("url", "urlSecretRef") if section.get(key) is not None)
+        raise InvalidSpec(path, given, "give exactly one of url and urlSecretRef")  # never the URL
     if url is not None:
         check_plain_url(url, field=f"{path}.url")
         check_redis_url(url, field=f"{path}.url", tls=tls)

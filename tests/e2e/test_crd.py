@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 import pytest
+from antre_operator import rendering
 from antre_operator import spec as jobqueue_spec
 from redis_servers import wait_until
 
@@ -232,6 +233,20 @@ def test_too_long_names_are_refused(cluster: Cluster, crds: None, module_namespa
     accepted, error, _ = dry_run_create(cluster, jobqueue("x" * 46), module_namespace)
     assert not accepted
     assert "metadata.name must be at most 45 characters" in error, error
+
+
+@pytest.mark.parametrize("name", ["my.queue", "1queue"])
+def test_a_name_its_api_service_could_not_carry_is_refused_with_the_api_on(
+        cluster: Cluster, crds: None, module_namespace: str, name: str) -> None:
+    """A JobQueue's name may hold a dot or start with a digit; its API's Service may not."""
+    accepted, _, _ = dry_run_create(cluster, jobqueue(name), module_namespace)
+    assert accepted
+    api = {"enabled": True, "tokenSecretRef": {"name": "api-token"}}
+    accepted, error, _ = dry_run_create(cluster, jobqueue(name, api=api), module_namespace)
+    assert not accepted
+    assert "metadata.name must start with a letter" in error, error
+    with pytest.raises(jobqueue_spec.InvalidSpec, match="start with a letter"):
+        rendering.check_name(parse(jobqueue(name, api=api), module_namespace))
 
 
 ADMITTED_SCHEDULES = ["@hourly", "@daily", "@yearly", "@midnight", "* * * * *",

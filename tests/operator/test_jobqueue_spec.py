@@ -134,3 +134,17 @@ def test_the_tls_key_passphrase_is_a_secret_query_parameter() -> None:
     with pytest.raises(spec.InvalidSpec, match="password or username query parameter"):
         spec.check_plain_url("rediss://r:6380/0?ssl_password=hunter2", field="spec.redis.url")
     assert "hunter2" not in connection.redact("rediss://r:6380/0?ssl_password=hunter2")
+
+
+def test_an_explicit_null_means_the_default() -> None:
+    """The API server prunes nulls, but an object stored before a CRD upgrade may carry them."""
+    jq = parse(sample(MINIMAL, redis={"url": "redis://redis:6379/0", "queue": None,
+                                      "prefix": None, "tls": None}))
+    assert jq.redis.queue == parse(MINIMAL).redis.queue and jq.redis.prefix == "antre"
+
+
+def test_both_urls_given_names_the_fields_never_the_url() -> None:
+    with pytest.raises(spec.InvalidSpec) as info:
+        parse(sample(MINIMAL, redis={"url": "redis://:hunter2@r:6379/0",
+                                     "urlSecretRef": {"name": "s"}}))
+    assert "hunter2" not in str(info.value) and "urlSecretRef" in str(info.value)
