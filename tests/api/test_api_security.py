@@ -11,6 +11,7 @@ queue B (403, nothing written) and /metrics names only served queues; ``--metric
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import socket
@@ -72,6 +73,15 @@ def test_no_auth_listens_on_loopback_only(redis_url: str, tmp_path: Path) -> Non
         # the process before its log line, so wait for the line, not only the port.
         wait_until(lambda: "api listening" in log_path.read_text(), timeout_s=20,
                    message="the start logged")
+        # A page whose DNS name rebinds to 127.0.0.1 reaches a loopback port from the browser,
+        # with its own name in Host: refused. Loopback names with any port are served.
+        for host, expected in (("rebind.attacker.example", 403), (f"rebind.example:{port}", 403),
+                               ("localhost", 200), (f"127.0.0.1:{port}", 200),
+                               (f"[::1]:{port}", 200)):
+            status, body = _get("127.0.0.1", port, "/v1/queues/default/stats", host=host)
+            assert status == expected, (host, status, body)
+            if expected == 403:
+                assert json.loads(body)["error"] == "host_not_allowed"
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -80,6 +90,18 @@ def test_no_auth_listens_on_loopback_only(redis_url: str, tmp_path: Path) -> Non
     listening = next(line for line in lines if line["msg"] == "api listening")
     assert listening["addresses"] == [f"127.0.0.1:{port}"]
     assert any("without authentication" in line["msg"] for line in lines)
+
+
+def _get(address: str, port: int, path: str, *, host: str) -> tuple[int, str]:
+    connection = http.client.HTTPConnection(address, port, timeout=10)
+    try:
+        connection.putrequest("GET", path, skip_host=True)
+        connection.putheader("Host", host)
+        connection.endheaders()
+        response = connection.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        connection.close()
 
 
 def _answers(host: str, port: int) -> bool:

@@ -59,6 +59,14 @@ RETRY_AFTER_S: Final = 1
 #: Paths served without the token: probes and the API description (and /metrics unless
 #: ``metrics_auth``).
 OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/openapi.json"})
+LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _host_name(host: str) -> str:
+    """The name of a Host header, without its port ('[::1]:8080' -> '::1')."""
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -81,6 +89,10 @@ class ApiSettings:
     """Bearer token required on /v1/; None only together with ``anonymous``."""
     anonymous: bool = False
     """Serve /v1/ without a token: an explicit choice, never the result of an empty token."""
+    local_hosts_only: bool = False
+    """Answer only requests addressed to this machine by a loopback name (``Host`` localhost,
+    127.0.0.1 or [::1]): what an API without a token listening on loopback needs, since a web
+    page whose DNS name rebinds to 127.0.0.1 reaches it from the user's browser otherwise."""
     metrics_auth: bool = False
     """Require the token on /metrics too (give Prometheus the token); else /metrics is open."""
     max_body_bytes: int = setting(
@@ -252,6 +264,10 @@ _CHALLENGE: Final = {"WWW-Authenticate": 'Bearer realm="antre"'}
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     api_settings = _state(request).settings
+    if api_settings.local_hosts_only and _host_name(request.host) not in LOOPBACK_NAMES:
+        raise BadRequest(403, "host_not_allowed",
+                         "Host: this API serves without a token, so only requests addressed to "
+                         "localhost, 127.0.0.1 or [::1] (with any port)")
     # /v1/ is guarded (and /metrics when asked); probes and the document stay open, and an
     # unknown path is a 404 with or without a token.
     guarded = request.path.startswith("/v1/") or (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -104,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
         raise errors.InvalidArgument(f"--port: got {args.port}; must be from 0 to 65535")
     api_settings = api_settings_from_args(args)
     host = args.host or ("127.0.0.1" if api_settings.anonymous else "0.0.0.0")
+    if api_settings.anonymous and host in ("127.0.0.1", "::1", "localhost"):
+        api_settings = dataclasses.replace(api_settings, local_hosts_only=True)
     if api_settings.anonymous:
         log.warning("serving /v1/ without authentication (--no-auth)", extra={"host": host})
     queue_template = settings.queue_settings_from_env(name=api_settings.queues[0],
