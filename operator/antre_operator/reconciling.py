@@ -169,7 +169,7 @@ class Reconciler:
                                                    policy=state.settings.policy)
         self._reported: dict[str, str] = {}
         self._parsed: tuple[tuple[str, int], spec.JobQueueSpec] | None = None
-        self._rendered: tuple[spec.JobQueueSpec, tuple[str, int], rendering.Children] | None = None
+        self._rendered: tuple[spec.JobQueueSpec, tuple[str, int, bool], rendering.Children] | None = None
 
     @property
     def kube(self) -> kube.KubeClient:
@@ -257,7 +257,12 @@ class Reconciler:
                 # spec.redis.tls is true would send the password in clear): touch nothing.
                 applied = None
             else:
-                await self._apply_children(body, jq, uid, decision.replicas)
+                at_rest = scaling.reaper_at_rest(
+                    replicas=decision.replicas,
+                    backlog=None if reading is None else reading.numbers.backlog,
+                    in_flight=0 if reading is None else reading.in_flight,
+                    scheduled=0 if reading is None else reading.numbers.scheduled)
+                await self._apply_children(body, jq, uid, decision.replicas, at_rest)
         except kube.NamespaceTerminating:
             # `kubectl delete namespace` with the JobQueue in it: the namespace controller
             # deletes the children first; recreating them is refused, and so would be an Event.
@@ -301,14 +306,17 @@ class Reconciler:
         self._parsed = None if version is None else (version, jq)
         return jq
 
-    def _children(self, jq: spec.JobQueueSpec, uid: str, replicas: int) -> rendering.Children:
-        """The rendered children, again only when the spec or the replicas changed: the same
-        manifest objects then let :meth:`Applied.unchanged` skip comparing them."""
-        if self._rendered is not None and self._rendered[0] is jq \
-                and self._rendered[1] == (uid, replicas):
+    def _children(self, jq: spec.JobQueueSpec, uid: str, replicas: int,
+                  reaper_at_rest: bool) -> rendering.Children:
+        """The rendered children, again only when the spec, the replicas or the reaper's rest
+        changed: the same manifest objects then let :meth:`Applied.unchanged` skip comparing
+        them."""
+        inputs = (uid, replicas, reaper_at_rest)
+        if self._rendered is not None and self._rendered[0] is jq and self._rendered[1] == inputs:
             return self._rendered[2]
-        children = rendering.render_children(jq, uid, replicas=replicas)
-        self._rendered = (jq, (uid, replicas), children)
+        children = rendering.render_children(jq, uid, replicas=replicas,
+                                             reaper_at_rest=reaper_at_rest)
+        self._rendered = (jq, inputs, children)
         return children
 
     async def close(self) -> None:
@@ -444,8 +452,8 @@ class Reconciler:
         return live  # type: ignore[no-any-return]
 
     async def _apply_children(self, body: Any, jq: spec.JobQueueSpec, uid: str,
-                              replicas: int) -> None:
-        children = self._children(jq, uid, replicas)
+                              replicas: int, reaper_at_rest: bool) -> None:
+        children = self._children(jq, uid, replicas, reaper_at_rest)
         for manifest in children.present:
             key: ChildKey = (manifest["kind"], self.namespace, manifest["metadata"]["name"])
             live = await self._observed(key)

@@ -242,8 +242,11 @@ def render_worker_deployment(jq: spec.JobQueueSpec, owner_uid: str, *, replicas:
     }
 
 
-def render_reaper_cronjob(jq: spec.JobQueueSpec, owner_uid: str) -> Manifest:
-    """`antre reaper --once` on a schedule: requeues jobs whose leases expired."""
+def render_reaper_cronjob(jq: spec.JobQueueSpec, owner_uid: str, *,
+                          at_rest: bool = False) -> Manifest:
+    """`antre reaper --once` on a schedule: requeues jobs whose leases expired. Suspended by
+    ``spec.reaper.suspend``, and while the queue is ``at_rest`` (see
+    :func:`antre_operator.scaling.reaper_at_rest`)."""
     container = {
         "name": "reaper",
         "image": jq.worker.image,
@@ -260,7 +263,7 @@ def render_reaper_cronjob(jq: spec.JobQueueSpec, owner_uid: str) -> Manifest:
         "metadata": _metadata(jq, owner_uid, reaper_name(jq.name), "reaper"),
         "spec": {
             "schedule": jq.reaper.schedule,
-            "suspend": jq.reaper.suspend,
+            "suspend": jq.reaper.suspend or at_rest,
             "concurrencyPolicy": "Forbid",  # one reaper at a time; the next run catches up
             "startingDeadlineSeconds": 120,
             "successfulJobsHistoryLimit": 1,
@@ -343,11 +346,12 @@ class Children:
     absent: tuple[tuple[str, str], ...]
 
 
-def render_children(jq: spec.JobQueueSpec, owner_uid: str, *, replicas: int) -> Children:
+def render_children(jq: spec.JobQueueSpec, owner_uid: str, *, replicas: int,
+                    reaper_at_rest: bool = False) -> Children:
     check_name(jq)
     present = [
         render_worker_deployment(jq, owner_uid, replicas=replicas),
-        render_reaper_cronjob(jq, owner_uid),
+        render_reaper_cronjob(jq, owner_uid, at_rest=reaper_at_rest),
     ]
     absent: list[tuple[str, str]] = []
     if jq.api.enabled:

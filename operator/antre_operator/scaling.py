@@ -161,3 +161,12 @@ def hold_scale_down(decision: WorkerDecision, current: int) -> WorkerDecision:
     them before a scale-down, or the Deployment controller may delete a busy pod first."""
     return dataclasses.replace(decision, replicas=current, reason="steady",
                                note="waiting to learn which pods are idle")
+
+
+def reaper_at_rest(*, replicas: int, backlog: int | None, in_flight: int, scheduled: int) -> bool:
+    """Whether the reaper CronJob may be suspended: no worker is to run and Redis shows nothing
+    a reaper could act on (no job queued, due, scheduled or holding a lease). Each run of the
+    CronJob is a Job and a pod, so a queue at rest would otherwise cost Kubernetes writes every
+    minute; while workers run, their own reaper passes do the same work. Unread (``backlog``
+    None): keep it running."""
+    return replicas == 0 and backlog == 0 and in_flight == 0 and scheduled == 0

@@ -62,8 +62,15 @@ async def test_scale_up_down_and_to_zero(k8s: Any, operator: Any, redis_url: str
     await eventually(lambda: replicas(k8s, "burst") == 0, timeout_s=10, message="down to 0")
     assert time.monotonic() - drained_at >= FAST["cooldownSeconds"] - early
 
-    with urllib.request.urlopen(f"http://127.0.0.1:{operator.settings.metrics_port}/metrics") as r:
-        text = r.read().decode()
-    assert 'antre_operator_desired_replicas{jobqueue="burst",namespace="default"} 0.0' in text
+    def metrics() -> str:
+        url = f"http://127.0.0.1:{operator.settings.metrics_port}/metrics"
+        with urllib.request.urlopen(url) as r:
+            return str(r.read().decode())
+
+    # The step that wrote the Deployment exports its figures after writing the other children
+    # (the reaper CronJob rests once the pool is at zero): wait for them, not only the replicas.
+    text = await eventually(lambda: (t := metrics()) and 'antre_operator_desired_replicas{'
+                            'jobqueue="burst",namespace="default"} 0.0' in t and t,
+                            timeout_s=5, message="the figures of the step at zero")
     assert 'antre_operator_backlog{jobqueue="burst",namespace="default"} 0.0' in text
     assert 'antre_operator_scale_events_total{direction="up",jobqueue="burst",namespace="default"}' in text

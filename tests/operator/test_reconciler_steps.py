@@ -340,3 +340,46 @@ async def test_a_step_for_a_jobqueue_being_deleted_writes_nothing(
         await rec.step(body)
     assert fake.requests == []
     assert events == []
+
+
+async def test_the_reaper_cronjob_rests_while_no_worker_runs_and_redis_holds_nothing(
+        monkeypatch: pytest.MonkeyPatch, redis_url: str, redis_client: Any) -> None:
+    """Each run of the reaper CronJob is a Job and a pod: a queue at rest (no worker to run,
+    nothing queued, scheduled or leased) suspends it; a job appearing wakes it; with workers it
+    runs as before (a crash-looping pool reaps nothing itself); spec.reaper.suspend wins."""
+    from antre import Queue
+
+    fake = FakeKube()
+    rec, _ = reconciler(monkeypatch, fake, namespace=NS, name="calm")
+
+    def body(replicas: int, suspend: bool = False, generation: int = 1) -> dict[str, Any]:
+        return jobqueue_body("calm", NS, {"redis": {"url": redis_url},
+                                          "autoscaling": {"enabled": False}, "replicas": replicas,
+                                          "reaper": {"suspend": suspend}}, generation=generation)
+
+    def suspended() -> bool:
+        live = fake.live("CronJob", NS, "calm-reaper")
+        assert live is not None
+        return bool(live["spec"]["suspend"])
+
+    def writes() -> int:
+        return len([w for w in fake.writes() if "/status" not in w[1]])
+
+    async with closing(rec):
+        await rec.step(body(0))
+        assert suspended()
+        before = writes()
+        await rec.step(body(0))
+        assert writes() == before, "at rest: no write"
+
+        Queue(redis_client, "calm").enqueue("t", delay=3600)  # scheduled, not yet due
+        await rec.step(body(0))
+        assert not suspended()
+        redis_client.flushall()
+        await rec.step(body(0))
+        assert suspended()
+
+        await rec.step(body(1, generation=2))
+        assert not suspended()
+        await rec.step(body(0, suspend=True, generation=3))
+        assert suspended()
