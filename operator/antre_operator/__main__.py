@@ -3,7 +3,8 @@
     antre-operator [--namespace NS ... | --all-namespaces] [--standalone | --peering NAME]
                    [--priority N] [--metrics-port N] [--liveness URL] [--verbose | --debug]
                    [--allowed-image-registry PREFIX ...] [--allowed-service-account NAME ...]
-                   [--allowed-redis-host PATTERN ...] [--allow-operator-namespace]
+                   [--allowed-redis-host PATTERN ...] [--allowed-api-service-type TYPE ...]
+                   [--allow-operator-namespace]
 
 Standalone (no peering) by default: one replica. With ``--peering NAME`` several replicas run
 and kopf's peering lets the one with the highest priority act (the kopf peering CRDs must be
@@ -70,6 +71,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     policy.add_argument("--allowed-redis-host", action="append", default=[], metavar="PATTERN",
                         help="a host the operator connects to for a JobQueue (fnmatch pattern, "
                         "e.g. '*.redis.svc.cluster.local'); the hosts of Secret URLs too")
+    policy.add_argument("--allowed-api-service-type", action="append", default=[],
+                        metavar="TYPE", choices=("ClusterIP", "NodePort", "LoadBalancer"),
+                        help="a Service type spec.api.serviceType may name")
     policy.add_argument("--allow-operator-namespace", action="store_true",
                         help="serve JobQueues in the operator's own namespace (POD_NAMESPACE); "
                         "its ServiceAccount stays refused")
@@ -86,7 +90,8 @@ def settings_from_args(args: argparse.Namespace) -> settings.OperatorSettings:
         allow_operator_namespace=args.allow_operator_namespace,
         image_registries=tuple(args.allowed_image_registry),
         service_accounts=tuple(args.allowed_service_account),
-        redis_hosts=tuple(args.allowed_redis_host))
+        redis_hosts=tuple(args.allowed_redis_host),
+        api_service_types=tuple(args.allowed_api_service_type))
     return settings.OperatorSettings.from_env(
         policy=policy,
         namespaces=tuple(args.namespace),

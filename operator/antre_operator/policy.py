@@ -106,5 +106,11 @@ def check_jobqueue(jq: spec.JobQueueSpec, policy: settings.JobQueuePolicy) -> No
         raise NotAllowed("spec.worker.image", jq.worker.image,
                          f"must come from one of {list(policy.image_registries)} "
                          f"(operator.jobQueuePolicy.imageRegistries in the chart)")
+    if jq.api.enabled and policy.api_service_types and (
+            jq.api.service_type not in policy.api_service_types):
+        raise NotAllowed("spec.api.serviceType", jq.api.service_type,
+                         f"must be one of {list(policy.api_service_types)} (operator."
+                         "jobQueuePolicy.apiServiceTypes in the chart): the API would face the "
+                         "network outside the cluster")
     if jq.redis.url is not None:
         check_redis_url(jq.redis.url, policy, field="spec.redis.url")

@@ -85,6 +85,11 @@ class JobQueuePolicy:
     """Host name patterns (fnmatch: "*.redis.svc.cluster.local") the operator connects to for
     a JobQueue; empty: any host."""
 
+    api_service_types: tuple[str, ...] = ()
+    """Service types spec.api.serviceType may name ("ClusterIP"); empty: any. The chart allows
+    ClusterIP alone by default: a NodePort or LoadBalancer puts a JobQueue's API (plain HTTP,
+    bearer tokens) outside the cluster, which is more than creating Deployments."""
+
 
 @dataclasses.dataclass(frozen=True)
 class OperatorSettings:

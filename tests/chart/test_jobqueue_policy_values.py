@@ -33,7 +33,17 @@ def test_allow_lists_become_flags(rendered: Render) -> None:
         "--allowed-image-registry=ghcr.io/acme",
         "--allowed-image-registry=docker.io/library/python",
         "--allowed-service-account=jobs",
-        "--allowed-redis-host=*.redis.svc.cluster.local"]
+        "--allowed-redis-host=*.redis.svc.cluster.local",
+        "--allowed-api-service-type=ClusterIP"]
+
+
+def test_only_cluster_ip_apis_by_default(rendered: Render) -> None:
+    def flags(values: dict[str, Any]) -> list[str]:
+        return [a for a in operator_container(rendered(values))["args"]
+                if a.startswith("--allowed-api-service-type")]
+
+    assert flags({}) == ["--allowed-api-service-type=ClusterIP"]
+    assert flags({"operator": {"jobQueuePolicy": {"apiServiceTypes": []}}}) == []  # any
 
 
 def test_the_operators_namespace_is_served_only_when_asked(rendered: Render) -> None:

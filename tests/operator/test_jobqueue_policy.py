@@ -176,6 +176,18 @@ def test_redis_host_allow_list(url: str, allowed: bool) -> None:
     assert refusal(in_namespace("team-a", redis={"url": url}), rules).field == "spec.redis.url"
 
 
+def test_api_service_type_allow_list() -> None:
+    rules = settings.JobQueuePolicy(api_service_types=("ClusterIP",))
+    api = {"enabled": True, "tokenSecretRef": {"name": "token"}}
+    policy.check_jobqueue(in_namespace("team-a", api=api), rules)
+    policy.check_jobqueue(in_namespace("team-a", api={**api, "enabled": False,
+                                                      "serviceType": "LoadBalancer"}), rules)
+    error = refusal(in_namespace("team-a", api={**api, "serviceType": "LoadBalancer"}), rules)
+    assert error.field == "spec.api.serviceType" and "['ClusterIP']" in str(error)
+    policy.check_jobqueue(in_namespace("team-a", api={**api, "serviceType": "NodePort"}),
+                          settings.JobQueuePolicy())
+
+
 def test_no_policy_refuses_nothing_but_the_operators_own() -> None:
     jq = in_namespace("team-a", worker={"image": "anything.example/x:1",
                                         "serviceAccountName": "whatever"},
