@@ -45,3 +45,11 @@ def test_a_handler_module_loads_no_producer_code():
     assert "antre.handlers" in loaded
     assert [m for m in loaded if m in ("antre.client", "antre.enqueue_batcher",
                                        "antre.connection")] == []
+
+
+def test_submodules_are_attributes_after_a_bare_import():
+    code = ("import antre\n"
+            "print(antre.errors.JobNotFound.__name__, antre.IdempotencyConflict.__module__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.split() == ["JobNotFound", "antre.errors"]

@@ -261,7 +261,8 @@ class Reconciler:
                     replicas=decision.replicas,
                     backlog=None if reading is None else reading.numbers.backlog,
                     in_flight=0 if reading is None else reading.in_flight,
-                    scheduled=0 if reading is None else reading.numbers.scheduled)
+                    scheduled=0 if reading is None else reading.numbers.scheduled,
+                    dead=0 if reading is None else reading.numbers.dead)
                 await self._apply_children(body, jq, uid, decision.replicas, at_rest)
         except kube.NamespaceTerminating:
             # `kubectl delete namespace` with the JobQueue in it: the namespace controller

@@ -360,8 +360,9 @@ def check_redis_url(url: str, *, field: str, tls: bool) -> None:
         # An unescaped '/', '?' or '#' in a password ends the host part early: the client would
         # connect to a "host" that is part of the password, and a message naming it would show it.
         raise InvalidSpec(field, REDACTED,
-                          "must be a parsable URL: '@' after the host (a password holding '/', "
-                          "'?', '#' or '@' must be percent-encoded)")
+                          "must be a parsable URL: '@' after the host (write it %40 in the "
+                          "path or the options; a password holding '/', '?', '#' or '@' must be "
+                          "percent-encoded)")
     if not parts.hostname:
         raise InvalidSpec(field, REDACTED, "must name a host, e.g. redis://redis:6379/0")
     try:  # its message names the option, never its value

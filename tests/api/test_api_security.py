@@ -76,7 +76,8 @@ def test_no_auth_listens_on_loopback_only(redis_url: str, tmp_path: Path) -> Non
         # A page whose DNS name rebinds to 127.0.0.1 reaches a loopback port from the browser,
         # with its own name in Host: refused. Loopback names with any port are served.
         for host, expected in (("rebind.attacker.example", 403), (f"rebind.example:{port}", 403),
-                               ("localhost", 200), (f"127.0.0.1:{port}", 200),
+                               ("localhost", 200), (f"LOCALHOST.:{port}", 200),
+                               (f"127.0.0.1:{port}", 200),
                                (f"[::1]:{port}", 200)):
             status, body = _get("127.0.0.1", port, "/v1/queues/default/stats", host=host)
             assert status == expected, (host, status, body)

@@ -44,6 +44,10 @@ def test_only_cluster_ip_apis_by_default(rendered: Render) -> None:
 
     assert flags({}) == ["--allowed-api-service-type=ClusterIP"]
     assert flags({"operator": {"jobQueuePolicy": {"apiServiceTypes": []}}}) == []  # any
+    # Values of a release from before the key (helm upgrade --reuse-values keeps them and
+    # ignores the chart's new defaults; a null removes the key as that does).
+    assert flags({"operator": {"jobQueuePolicy": {"apiServiceTypes": None}}}) == [
+        "--allowed-api-service-type=ClusterIP"]
 
 
 def test_the_operators_namespace_is_served_only_when_asked(rendered: Render) -> None:

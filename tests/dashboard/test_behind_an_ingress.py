@@ -41,8 +41,10 @@ async def test_signing_in_through_a_tls_ingress_works_and_marks_the_cookie_secur
 
 
 async def test_a_form_posted_from_another_site_is_still_refused(ui: TestClient[Any, Any]) -> None:
+    # http://HOST too: the request came over HTTPS, so a plain-HTTP page on the same name (one
+    # a network attacker could inject) is another origin.
     for origin in ("https://evil.example", f"https://{HOST}.evil.example", "null",
-                   f"ftp://{HOST}"):
+                   f"ftp://{HOST}", f"http://{HOST}"):
         form = await _form(ui)
         answer = await ui.post("/ui/login", allow_redirects=False,
                                headers={**THROUGH_THE_INGRESS, "Origin": origin,

@@ -379,6 +379,14 @@ async def test_the_reaper_cronjob_rests_while_no_worker_runs_and_redis_holds_not
         await rec.step(body(0))
         assert suspended()
 
+        # A dead letter: the reaper deletes it (and frees its idempotency key) after dead_ttl_s.
+        redis_client.zadd("antre:{calm}:dead_letters", {"gone": 1})
+        await rec.step(body(0))
+        assert not suspended()
+        redis_client.flushall()
+        await rec.step(body(0))
+        assert suspended()
+
         await rec.step(body(1, generation=2))
         assert not suspended()
         await rec.step(body(0, suspend=True, generation=3))

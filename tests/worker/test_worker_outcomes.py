@@ -102,6 +102,27 @@ async def test_an_undecodable_payload_goes_dead_saying_why(redis_client, aredis,
     assert_invariants(redis_client, qs)
 
 
+async def test_a_payload_nested_deeper_than_python_parses_goes_dead_and_reads(
+        redis_client, aredis, qs):
+    """A producer in another language may write JSON nested 100,000 deep: the worker fails the
+    job as undecodable (not a crash-and-retry), and reading the job shows it as text."""
+    registry = HandlerRegistry()
+
+    @registry.handler("known")
+    async def known(job):
+        pass
+
+    queue = Queue(redis_client, settings=qs)
+    deep = queue.enqueue("known", {"a": 1}).job_id
+    as_queued_hash(redis_client, qs, deep)
+    redis_client.hset(qs.keys.job(deep), "payload", "[" * 100_000 + "]" * 100_000)
+    async with running_worker(aredis, qs, registry):
+        await eventually(lambda: status_of(redis_client, qs, deep) == "dead")
+    info = queue.get(deep)
+    assert info.last_error.startswith("undecodable payload: maximum recursion depth")
+    assert isinstance(info.payload, str) and info.attempt == 1
+
+
 async def test_an_unknown_type_is_retried_without_spending_attempts_then_dead(
         redis_client, aredis, qs):
     """Issue 10, also decide: an unknown type was dead-lettered at once, which bites during a
@@ -294,3 +315,21 @@ async def test_a_blocking_step_runs_in_the_handlers_thread_while_the_worker_goes
     assert queue.get(slow).attempt == 1
     assert queue.get(slow).steps == {"charge": "receipt"}
     assert_invariants(redis_client, qs)
+
+
+async def test_a_blocking_step_in_an_async_handler_fails_the_run_instead_of_the_worker(
+        redis_client, aredis, qs):
+    """step_blocking waits for the worker's loop; called on that loop (an async def handler)
+    it would wait for ever and stop every lease renewal: it raises instead."""
+    registry = HandlerRegistry()
+
+    @registry.handler("misused")
+    async def misused(job):
+        job.step_blocking("x", lambda: 1)
+
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("misused", max_attempts=1).job_id
+    async with running_worker(aredis, qs, registry):
+        await eventually(lambda: status_of(redis_client, qs, job_id) == "dead",
+                         message="the misused step to fail its run")
+    assert "use `await job.step(...)`" in queue.get(job_id).last_error

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from antre.client import AsyncQueue, Queue
     from antre.errors import (
         AntreError,
+        IdempotencyConflict,
         InvalidArgument,
         JobBusy,
         JobNotFound,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
         NotReplicated,
         PayloadTooLarge,
         Permanent,
+        RedisRefused,
         RedisUnavailable,
         Retry,
     )
@@ -46,6 +48,7 @@ _HOMES: Final = {
     "Depth": "antre.protocol.depth",
     "EnqueueResult": "antre.jobs",
     "HandlerRegistry": "antre.handlers",
+    "IdempotencyConflict": "antre.errors",
     "InvalidArgument": "antre.errors",
     "Job": "antre.jobs",
     "JobBusy": "antre.errors",
@@ -59,6 +62,7 @@ _HOMES: Final = {
     "Permanent": "antre.errors",
     "Queue": "antre.client",
     "QueueSettings": "antre.settings",
+    "RedisRefused": "antre.errors",
     "RedisUnavailable": "antre.errors",
     "Retry": "antre.errors",
     "WorkerEntry": "antre.protocol.workers",
@@ -74,6 +78,7 @@ __all__ = [
     "Depth",
     "EnqueueResult",
     "HandlerRegistry",
+    "IdempotencyConflict",
     "InvalidArgument",
     "Job",
     "JobBusy",
@@ -87,6 +92,7 @@ __all__ = [
     "Permanent",
     "Queue",
     "QueueSettings",
+    "RedisRefused",
     "RedisUnavailable",
     "Retry",
     "WorkerEntry",
@@ -96,14 +102,21 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'antre' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # type checkers see the imports above, and flag misspelt names
 
+    def __getattr__(name: str) -> object:
+        home = _HOMES.get(name)
+        if home is None:
+            # A submodule (antre.errors after a bare `import antre`), as eager imports gave it.
+            try:
+                return importlib.import_module(f"antre.{name}")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"antre.{name}":
+                    raise
+                raise AttributeError(f"module 'antre' has no attribute {name!r}") from None
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value
+        return value
 
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_HOMES])
+    def __dir__() -> list[str]:
+        return sorted([*globals(), *_HOMES])

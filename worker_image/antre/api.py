@@ -63,10 +63,12 @@ LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 def _host_name(host: str) -> str:
-    """The name of a Host header, without its port ('[::1]:8080' -> '::1')."""
+    """The name of a Host header, without its port and as DNS compares it ('[::1]:8080' ->
+    '::1', 'LOCALHOST.:80' -> 'localhost')."""
     if host.startswith("["):
         return host[1:].partition("]")[0]
-    return host.rpartition(":")[0] if host.count(":") == 1 else host
+    name = host.rpartition(":")[0] if host.count(":") == 1 else host
+    return name.lower().rstrip(".")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -111,6 +111,13 @@ class Job:
         loop = self._loop
         if loop is None:
             raise RuntimeError("Job.step_blocking needs a job handed out by a worker")
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:  # a handler thread: no loop of its own
+            running = None
+        if running is loop:  # waiting here for the loop would stop it for good
+            raise RuntimeError("Job.step_blocking is for plain def handlers; in an async def "
+                               "handler use `await job.step(...)`")
         steps = asyncio.run_coroutine_threadsafe(self._loaded_steps(), loop).result()
         if name in steps:
             return json.loads(steps[name])  # type: ignore[no-any-return]
@@ -177,7 +184,7 @@ class JobInfo:
         payload_error = None
         try:
             payload = json.loads(payload_text)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             payload, payload_error = payload_text, f"undecodable payload: {exc}"
         status = fields.get("status", "")
         return cls(
@@ -230,7 +237,7 @@ def _int(value: str | None) -> int:
 def _json_or_text(value: str) -> Any:
     try:
         return json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python parses
         return value
 
 

@@ -119,7 +119,7 @@ def parse_url(url: str) -> SentinelUrl:
         # redis-py's messages may quote a piece of the URL, which may be a piece of a password.
         raise errors.InvalidArgument(
             "the user info or the options after '?' could not be read: give numbers where "
-            "options take numbers, and percent-encode a password holding ':' or '%'") from None
+            "options take numbers, and write a '%' in the user info as %25") from None
     for name in ("host", "port", "connection_class", "path"):
         options.pop(name, None)
     tls = base == "rediss"

@@ -58,7 +58,7 @@ def _headers(headers_json: str) -> dict[str, str]:
         return {}
     try:
         decoded = json.loads(headers_json)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     if not isinstance(decoded, dict):
         return {}
@@ -413,7 +413,7 @@ class Worker:
         """What the handler is called with, or why the job cannot run."""
         try:
             payload = json.loads(claimed.payload_json)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # a foreign producer's payload
             return Failure(f"undecodable payload: {exc}", permanent=True)
         return Job(
             id=claimed.id, type=claimed.type, payload=payload, attempt=claimed.attempt,

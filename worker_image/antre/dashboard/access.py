@@ -67,25 +67,31 @@ def secure_headers(response: web.StreamResponse) -> None:
     response.headers.setdefault("Cache-Control", "no-store")
 
 
-def _over_https(request: web.Request) -> bool:
-    """Whether the browser reached this server over HTTPS: directly, or through an Ingress or
-    load balancer that ended TLS and says so (``X-Forwarded-Proto``), or as the page's own
-    origin shows. It only decides whether cookies are marked ``Secure``, which a forged header
-    can only make stricter."""
+def _tls_ended_before(request: web.Request) -> bool:
+    """Whether the request reached this server over HTTPS: directly, or through an Ingress or
+    load balancer that ended TLS and says so (``X-Forwarded-Proto``)."""
     forwarded = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower()
-    return (request.secure or forwarded == "https"
-            or request.headers.get("Origin", "").lower().startswith("https://"))
+    return request.secure or forwarded == "https"
+
+
+def _over_https(request: web.Request) -> bool:
+    """Whether cookies are marked ``Secure``: the request came over HTTPS, or from a page whose
+    origin is https:// (a forged header can only make this stricter)."""
+    return _tls_ended_before(request) or request.headers.get("Origin", "").lower().startswith(
+        "https://")
 
 
 def _origin_ok(request: web.Request) -> bool:
-    """A browser names the page's origin on every POST; it must be this server's host. The
-    scheme is not compared: behind an Ingress that ends TLS the browser's origin is https://
-    while this server is spoken to over plain HTTP."""
+    """A browser names the page's origin on every POST; it must be this server's host, and
+    https:// when the request came over HTTPS. Behind an Ingress that ends TLS the browser's
+    origin is https:// while this server is spoken to over plain HTTP, so a plain-HTTP request
+    takes either scheme."""
     origin = request.headers.get("Origin")
     if origin is None:
         return True
     scheme, sep, host = origin.partition("://")
-    return bool(sep) and scheme.lower() in ("http", "https") and host.lower() == request.host.lower()
+    allowed = ("https",) if _tls_ended_before(request) else ("http", "https")
+    return bool(sep) and scheme.lower() in allowed and host.lower() == request.host.lower()
 
 
 @web.middleware
