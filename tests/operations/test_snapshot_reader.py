@@ -67,6 +67,21 @@ def test_running_jobs_locks_survive_a_bounded_scan(redis_client: Any) -> None:
     assert "bounded scan of a big keyspace" in findings.render(snapshot)
 
 
+def test_a_job_settled_between_the_reads_is_left_out(redis_client: Any) -> None:
+    """The reader lists the processing set, then reads those jobs' records: a job acked in
+    between is a packed record (a String) by then. The dashboard's queue page answered 500 on
+    that race (seen in the browser test); the job is simply no longer running."""
+    queue = Queue(redis_client, "q")
+    expired = queue_states.stuck_lease(queue, expired_s=0, resource_key="acct-1")
+    running = queue_states.stuck_lease(queue, expired_s=-60, resource_key="acct-2")
+    for job_id in (expired, running):  # as an ack that packs the record leaves it
+        queue.redis.delete(queue.keys.job(job_id))
+        queue.redis.set(queue.keys.job(job_id), '{"s":"done"}')
+    snapshot = snapshots.read_snapshot(queue, sample_gap_s=0)
+    assert snapshot.expired_leases == []
+    assert sorted(lock.resource for lock in snapshot.locks) == ["acct-1", "acct-2"]
+
+
 def test_scan_finds_a_lock_no_running_job_holds(redis_client: Any) -> None:
     queue = Queue(redis_client, "q")
     queue.redis.set(queue.keys.resource_lock("by-hand"), "someone:1", px=60_000)

@@ -166,7 +166,9 @@ def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | N
 
     calls = [_call("hmget", k.job(job_id), "type", "worker", "attempt") for job_id, _ in expired]
     calls += [_call("hget", k.job(job_id), "resource_key") for job_id in running]
-    replies = iter((yield _Pipeline(calls)) if calls else ())
+    # A job acked between the two reads may be a packed record (a String) by now: its error
+    # reply says it is no longer running.
+    replies = iter((yield _Pipeline(calls, raise_on_error=False)) if calls else ())
     # A job delayed at enqueue is still a field of the queued Hash: read as every reader reads.
     overdue_replies: list[list[str | None]] = []
     for chunk in scripts.chunked([job_id for job_id, _ in overdue]) if overdue else ():
@@ -175,7 +177,10 @@ def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | N
 
     leases = []
     for job_id, deadline in expired:
-        job_type, worker, attempt = next(replies)
+        fields = next(replies)
+        if isinstance(fields, Exception):  # settled and packed since the first read
+            continue
+        job_type, worker, attempt = fields
         leases.append(findings.ExpiredLease(
             job_id=job_id, job_type=job_type or "?", worker=worker or "",
             attempt=_int(attempt), expired_for_s=max(now - deadline, 0) / 1000))
