@@ -258,11 +258,7 @@ class Reconciler:
                 applied = None
             else:
                 at_rest = scaling.reaper_at_rest(
-                    replicas=decision.replicas,
-                    backlog=None if reading is None else reading.numbers.backlog,
-                    in_flight=0 if reading is None else reading.in_flight,
-                    scheduled=0 if reading is None else reading.numbers.scheduled,
-                    dead=0 if reading is None else reading.numbers.dead)
+                    replicas=decision.replicas, numbers=None if reading is None else reading.numbers)
                 await self._apply_children(body, jq, uid, decision.replicas, at_rest)
         except kube.NamespaceTerminating:
             # `kubectl delete namespace` with the JobQueue in it: the namespace controller

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from antre_operator import spec
+from antre_operator import spec, status
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,11 +163,11 @@ def hold_scale_down(decision: WorkerDecision, current: int) -> WorkerDecision:
                                note="waiting to learn which pods are idle")
 
 
-def reaper_at_rest(*, replicas: int, backlog: int | None, in_flight: int, scheduled: int,
-                   dead: int) -> bool:
+def reaper_at_rest(*, replicas: int, numbers: status.QueueNumbers | None) -> bool:
     """Whether the reaper CronJob may be suspended: no worker is to run and Redis shows nothing
     a reaper could act on (no job queued, due, scheduled or holding a lease, and no dead letter
     to delete after ``dead_ttl_s``, with its idempotency key). Each run of the CronJob is a Job
     and a pod, so a queue at rest would otherwise cost Kubernetes writes every minute. Unread
-    (``backlog`` None): keep it running."""
-    return replicas == 0 and backlog == 0 and in_flight == 0 and scheduled == 0 and dead == 0
+    (``numbers`` None): keep it running."""
+    return replicas == 0 and numbers is not None and not (
+        numbers.backlog or numbers.processing or numbers.scheduled or numbers.dead)
