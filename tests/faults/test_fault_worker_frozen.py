@@ -33,7 +33,10 @@ def test_thawed_worker_cannot_settle_a_job_finished_elsewhere(
         wait_until(lambda: queue.get(job_id).status == "done", timeout_s=15,
                    message="job requeued from frozen a and done on b")
         done = queue.get(job_id)
-        assert fault_client.get("effects:frozen") == "b:2"
+        # Not "a:2": the claim a's idle wait sent before the freeze must not lease a the job its
+        # own expired lease just returned to the queue (claim.lua refuses a silent worker).
+        assert fault_client.get("effects:frozen") == "b:2", [
+            (e.event, e.attempt, e.worker) for e in done.history]
     finally:
         a.signal(signal.SIGCONT)
 

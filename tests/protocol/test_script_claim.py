@@ -217,3 +217,31 @@ def test_ids_without_a_record_are_dropped(redis_client, qs, ws):
     state = dump(redis_client, qs)
     assert state["ready"] == [] and state["processing"] == ["real"]
     assert_invariants(redis_client, qs)
+
+
+@pytest.mark.parametrize(("beat_age_ms", "leased"), [
+    pytest.param(None, True, id="never-registered"),
+    pytest.param(1_000, True, id="beat-within-the-lease"),
+    pytest.param(31_000, False, id="silent-past-the-lease"),
+])
+def test_a_worker_silent_for_a_whole_lease_is_leased_nothing(redis_client, qs, ws, beat_age_ms,
+                                                             leased):
+    """A frozen worker's idle wait sent its claim before the freeze; when a job arrives, that
+    claim runs in Redis although the process cannot start the job (CI saw the job its own
+    expired lease had just returned to the queue leased to it again, to wait out another)."""
+    seed_job(redis_client, qs, "a")
+    seed_job(redis_client, qs, "due", status="retrying", attempt=1, lease=1,
+             score_ms=server_ms(redis_client) - 10)
+    if beat_age_ms is not None:
+        redis_client.zadd(qs.keys.workers, {"w1": server_ms(redis_client) - beat_age_ms})
+    before = dump(redis_client, qs)
+    result = claim(redis_client, qs, ws)
+    assert result.silent_worker is not leased
+    if leased:
+        assert [j.id for j in result.jobs] == ["due", "a"]
+    else:
+        assert result.jobs == [] and result.next_due_ms is None
+        assert dump(redis_client, qs) == before  # nothing promoted, popped or written
+        # Another worker, or this one once its beat lands, takes them.
+        assert [j.id for j in claim(redis_client, qs, ws, worker="w2").jobs] == ["due", "a"]
+    assert_invariants(redis_client, qs)

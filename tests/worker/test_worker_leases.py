@@ -226,6 +226,34 @@ async def test_a_job_that_ends_a_long_idle_wait_keeps_its_lease(redis_client, ar
     assert events == ["enqueued", "claimed", "acked"]
 
 
+async def test_a_worker_silent_past_its_lease_beats_before_it_is_leased_again(
+        redis_client, aredis, qs, caplog):
+    """A claim that finds this worker's last beat older than a lease leases nothing (claim.lua):
+    the worker beats at once instead of at its interval (5 s here), then claims."""
+    caplog.set_level(logging.WARNING, logger="antre.worker")
+    registry = HandlerRegistry()
+
+    @registry.handler("t")
+    async def noop(job):
+        pass
+
+    queue = Queue(redis_client, settings=qs)
+    async with running_worker(aredis, qs, registry, worker_id="w-silent", visibility_timeout_s=60):
+        await eventually(lambda: redis_client.zscore(qs.keys.workers, "w-silent"),
+                         message="the first beat")
+        seconds, micros = redis_client.time()
+        # As Redis would see a worker frozen for two minutes since its last beat.
+        redis_client.zadd(qs.keys.workers, {"w-silent": seconds * 1000 + micros // 1000 - 120_000})
+        job_id = queue.enqueue("t").job_id
+        await eventually(lambda: status_of(redis_client, qs, job_id) == "done")
+    history = queue.get(job_id).history
+    assert [e.event for e in history] == ["enqueued", "claimed", "acked"]
+    assert history[1].at_ms - history[0].at_ms < 2500, "claimed only at the next regular beat"
+    assert any(r.getMessage().startswith("no heartbeat reached Redis for a whole lease")
+               for r in caplog.records)
+    assert_invariants(redis_client, qs)
+
+
 async def test_registry_entry_names_the_pod(redis_client, aredis, qs, monkeypatch):
     monkeypatch.setenv("POD_NAME", "antre-worker-7f9c")
     registry = HandlerRegistry()

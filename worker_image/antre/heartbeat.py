@@ -41,6 +41,8 @@ class Heartbeat:
         # Registry entries are read by the operator to pick idle pods: beat at least every 5 s.
         self.interval_s = min(settings.heartbeat_interval_s, 5.0)
         self.registry_ttl_ms = int(max(self.interval_s * 3, 10.0) * 1000)
+        self._beat_landed = asyncio.Event()
+        self._beat_wanted = asyncio.Event()
 
     async def step(self) -> ExtendResult:
         leases = self.held.leases()
@@ -61,6 +63,7 @@ class Heartbeat:
                 assert isinstance(exc.result, ExtendResult)
                 results.append(exc.result)
                 unconfirmed = exc
+        self._beat_landed.set()
         result = merged(results)
         renewed = [lease for lease, held in zip(leases, result.held, strict=True) if held]
         if unconfirmed is None:
@@ -80,6 +83,14 @@ class Heartbeat:
             self.metrics.lease_extensions.labels(self.queue.name).inc(len(renewed))
         return result
 
+    async def beat_now(self, timeout_s: float) -> None:
+        """Has the loop beat at once instead of at its interval, and waits until a beat has
+        reached Redis (or ``timeout_s`` passed)."""
+        self._beat_landed.clear()
+        self._beat_wanted.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._beat_landed.wait(), timeout_s)
+
     async def unregister(self) -> None:
         """Removes the registry entry at once (a graceful stop), instead of waiting for its TTL."""
         with contextlib.suppress(Exception):
@@ -91,6 +102,8 @@ class Heartbeat:
 
     async def run(self) -> None:
         failures = 0
+        if self._beat_landed.is_set():  # the worker's start beat already: the next is due later
+            await self._pause()
         while True:
             try:
                 await self.step()
@@ -107,4 +120,10 @@ class Heartbeat:
             if failures:
                 log.info("heartbeat recovered", extra={"failed_beats": failures})
                 failures = 0
-            await asyncio.sleep(self.interval_s)
+            await self._pause()
+
+    async def _pause(self) -> None:
+        """The interval between beats, cut short by :meth:`beat_now`."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._beat_wanted.wait(), self.interval_s)
+        self._beat_wanted.clear()

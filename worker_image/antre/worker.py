@@ -292,6 +292,13 @@ class Worker:
             if outages:
                 log.info("redis reachable again", extra={"worker_id": self.worker_id})
                 outages = 0
+            if result.silent_worker:
+                # Frozen or cut off past a lease (the claim was sent before): Redis counts this
+                # worker's leases as lost and leases it nothing until a beat lands again.
+                log.warning("no heartbeat reached Redis for a whole lease; beating before the "
+                            "next claim", extra={"worker_id": self.worker_id})
+                await self.heartbeat.beat_now(timeout_s=1.0)
+                continue
             for duplicate in result.duplicates:
                 logs.duplicate_event(duplicate.id, duplicate.type, duplicate.idempotency_key,
                                      worker_id=self.worker_id)

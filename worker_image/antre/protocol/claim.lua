@@ -7,6 +7,7 @@
 --            too long)
 -- KEYS[6] -> <prefix>:{Q}:queued      (Hash, id -> packed record of a job enqueued and not
 --            claimed yet; the claim turns the field into the job's Hash)
+-- KEYS[7] -> <prefix>:{Q}:workers     (ZSET, worker id -> last beat ms; read only)
 -- Undeclared keys, all under the same {Q} hash tag, so Cluster-safe: the job hashes
 -- <prefix>:{Q}:job:<id> (a popped id's record is its queued field, or else its Hash: a job
 -- requeued, retried or replayed, or written by an older version or a foreign producer),
@@ -20,7 +21,9 @@
 -- ARGV[8] -> lock_defer_ms (how long a job waits when its resource is busy)
 -- ARGV[9] -> lock_max_deferrals (after that many waits the job goes to dead)
 -- ARGV[10] -> done_ttl_ms (how long a finished record is kept)
--- Returns: {0, next_due_ms or -1, now_ms} when nothing was popped, else
+-- Returns: {0, -1, now_ms, 1} when the worker's last beat (KEYS[7]) is older than lease_ms:
+--          nothing is promoted, popped or written; else {0, next_due_ms or -1, now_ms} when
+--          nothing was popped, else
 --          {1, n_duplicates, next_due_ms or -1 (only read when nothing was leased), now_ms,
 --           then 3 values per duplicate settled without running: id, type, idempotency_key;
 --           then 10 values per leased job: id, type, payload, attempt, max_attempts, lease,
@@ -30,12 +33,20 @@
 --         counters is dead-lettered ('malformed record'), never thrown on, because a runtime
 --         error would strand the jobs already popped.
 local ready_key, processing_key, retry_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local dead_key, queued_key = KEYS[5], KEYS[6]
+local dead_key, queued_key, workers_key = KEYS[5], KEYS[6], KEYS[7]
 local max_jobs, lease_ms, worker = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local job_prefix, idem_prefix, lock_prefix = ARGV[4], ARGV[5], ARGV[6]
 local promote_limit, lock_defer_ms = tonumber(ARGV[7]), tonumber(ARGV[8])
 local lock_max_deferrals, done_ttl_ms = tonumber(ARGV[9]), tonumber(ARGV[10])
 local now = now_ms()
+
+-- A worker Redis has not heard from for a whole lease is frozen or cut off: the leases of its
+-- last beat have expired and are being reaped. It gets no new ones; the claim its idle wait sent
+-- before the freeze would otherwise lease jobs (even the ones just reaped from it) to a process
+-- that cannot start them, and they would wait out another lease. A caller that never beats
+-- (not in KEYS[7]) is served as before.
+local last_beat = tonumber(redis.call('ZSCORE', workers_key, worker))
+if last_beat and now - last_beat > lease_ms then return {0, -1, now, 1} end
 
 promote_due(ready_key, retry_key, queued_key, job_prefix, now, promote_limit)
 

@@ -32,13 +32,16 @@ class ClaimResult:
     #: The Redis clock (ms) at the call, to turn next_due_ms into a wait.
     now_ms: int | None
     duplicates: list[Duplicate] = field(default_factory=list)
+    #: Redis heard no heartbeat from this worker for a whole lease (it was frozen or cut off):
+    #: nothing was leased, and the worker beats before it claims again.
+    silent_worker: bool = False
 
 
 def _parse(reply: list[Any]) -> ClaimResult:
     if int(reply[0]) == 0:
         next_due = int(reply[1])
         return ClaimResult(jobs=[], next_due_ms=None if next_due < 0 else next_due,
-                           now_ms=int(reply[2]))
+                           now_ms=int(reply[2]), silent_worker=len(reply) > 3)
     n_duplicates, next_due, now = int(reply[1]), int(reply[2]), int(reply[3])
     duplicates = [Duplicate(id=reply[i], type=reply[i + 1], idempotency_key=reply[i + 2])
                   for i in range(4, 4 + 3 * n_duplicates, 3)]
@@ -62,7 +65,7 @@ def claim_op(settings: QueueSettings, worker_settings: WorkerSettings, *, worker
     max_jobs = min(max_jobs, scripts.MAX_JOBS_PER_CALL)
     return Op(
         load("claim"),
-        [k.ready, k.processing, k.retry, k.stats, k.dead, k.queued],
+        [k.ready, k.processing, k.retry, k.stats, k.dead, k.queued, k.workers],
         [
             max_jobs, worker_settings.lease_ms, worker_id, k.job_prefix, k.idempotency_prefix,
             k.lock_prefix, PROMOTE_LIMIT, int(worker_settings.lock_defer_s * 1000),
