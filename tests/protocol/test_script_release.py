@@ -3,12 +3,13 @@ first few times), keeping the lock of a run that cannot be stopped."""
 
 from __future__ import annotations
 
+from antre.client import Queue
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
 from antre.protocol.release import FREE_RELEASES, release_op
 from antre.protocol.replay import replay_op
 from invariants import assert_invariants, read_record
-from protocol_state import dump, run_fresh, seed_job
+from protocol_state import dump, run_fresh, seed_job, server_ms
 
 
 def release(r, qs, leases, *, fresh=False):
@@ -37,6 +38,22 @@ def test_release_refunds_attempt_and_puts_job_at_the_head(redis_client, qs, ws):
     # Next claim takes the released job first, with the same attempt number as before.
     claimed = scripts.run(redis_client, claim_op(qs, ws, worker_id="w2", max_jobs=1)).jobs
     assert [(j.id, j.attempt, j.lease) for j in claimed] == [("a", 2, 3)]
+    assert_invariants(redis_client, qs)
+
+
+def test_a_release_after_the_leases_deadline_spends_the_attempt(redis_client, qs, ws):
+    """A worker frozen or cut off past its lease that releases at shutdown before any reaper
+    pass: the reaper would have counted that attempt, so the release does too (it refunded it)."""
+    seed_job(redis_client, qs, "late", status="processing", attempt=2, lease=2,
+             score_ms=server_ms(redis_client) - 10)
+    seed_job(redis_client, qs, "held", status="processing", attempt=2, lease=2)
+    assert release(redis_client, qs, [("late", 2), ("held", 2)]) == [True, True]
+    late, held = read_record(redis_client, qs, "late"), read_record(redis_client, qs, "held")
+    assert (late["status"], late["attempt"], held["status"], held["attempt"]) == (
+        "queued", "2", "queued", "1")
+    [entry] = [e for e in Queue(redis_client, settings=qs).get("late").history
+               if e.event == "released"]
+    assert entry.error == "worker shutting down (after its lease expired: the attempt counts)"
     assert_invariants(redis_client, qs)
 
 

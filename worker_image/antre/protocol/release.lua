@@ -1,6 +1,8 @@
 -- release: give leased jobs back to the head of the queue (graceful shutdown). The attempt is
 -- given back for the first `free_releases` releases of a job; after that a release spends it,
--- so a job that never finishes within a grace period ends dead instead of looping.
+-- so a job that never finishes within a grace period ends dead instead of looping. A release
+-- after the lease's deadline (the worker was frozen or cut off) spends it too, as the reaper's
+-- requeue of that expired lease would have.
 -- KEYS[1] -> <prefix>:{Q}:queue         (List)
 -- KEYS[2] -> <prefix>:{Q}:processing    (ZSET)
 -- KEYS[3] -> <prefix>:{Q}:stats         (Hash)
@@ -20,14 +22,18 @@ local job_prefix, lock_prefix, worker, reason = ARGV[1], ARGV[2], ARGV[3], ARGV[
 local free_releases = tonumber(ARGV[5])
 local now = now_ms()
 local result, released, records = {}, {}, {}
+local ids = {}
+for i = 6, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+local deadlines = zmscore_all(processing_key, ids)
 
 for i = 6, #ARGV, 3 do
   local id, lease = ARGV[i], ARGV[i + 1]
+  local deadline = tonumber(deadlines[(i - 3) / 3])
   local f = read_fields(job_prefix .. id, 'status', 'lease', 'attempt', 'resource_key', 'events',
     'worker', 'releases', 'max_attempts')
   if f[1] == 'processing' and f[2] == lease and f[6] == worker then
     released[#released + 1] = id
-    records[#records + 1] = {id, lease, f, ARGV[i + 2] == '1'}
+    records[#records + 1] = {id, lease, f, ARGV[i + 2] == '1', deadline and deadline < now}
     result[#result + 1] = 1
   else
     result[#result + 1] = 0
@@ -39,11 +45,12 @@ if #released == 0 then return result end
 zrem_all(processing_key, released)
 local requeued, dead = 0, 0
 for _, record in ipairs(records) do
-  local id, lease, f, keep_lock = record[1], record[2], record[3], record[4]
+  local id, lease, f, keep_lock, expired = record[1], record[2], record[3], record[4], record[5]
   local job_key = job_prefix .. id
   local releases = (tonumber(f[7]) or 0) + 1
   local attempt = tonumber(f[3]) or 1
-  if releases <= free_releases then attempt = math.max(attempt - 1, 0) end
+  if releases <= free_releases and not expired then attempt = math.max(attempt - 1, 0) end
+  local why = expired and (reason .. ' (after its lease expired: the attempt counts)') or reason
   local extra = {'releases', releases}
   if keep_lock then
     extra[#extra + 1] = 'lock_kept'
@@ -54,14 +61,14 @@ for _, record in ipairs(records) do
   if attempt >= (tonumber(f[8]) or 0) then
     extra[#extra + 1] = 'attempt'
     extra[#extra + 1] = attempt
-    dead_letter(job_key, dead_key, id, now, f[5], attempt, SAME_WORKER, reason
+    dead_letter(job_key, dead_key, id, now, f[5], attempt, SAME_WORKER, why
       .. '; released '
       .. releases .. ' times without finishing, out of attempts (is the grace period shorter '
       .. 'than the job?)', extra)
     dead = dead + 1
   else
     -- The history names the run released (f[3]); the counter may step back for the next claim.
-    local n, hfield, hvalue = history_entry(f[5], 'released', now, f[3], SAME_WORKER, reason)
+    local n, hfield, hvalue = history_entry(f[5], 'released', now, f[3], SAME_WORKER, why)
     redis.call('HSET', job_key, 'status', 'queued', 'attempt', attempt, 'updated_at', now,
       'queued_at', now, 'events', n, hfield, hvalue, unpack(extra))
     redis.call('RPUSH', ready_key, id)
