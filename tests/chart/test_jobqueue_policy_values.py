@@ -87,9 +87,11 @@ def test_the_account_allow_list_is_in_the_pod_template_policy(rendered: Render) 
                                       f"{FULLNAME}-operator-pod-templates")
         return [v["expression"] for v in policy["spec"]["validations"]]
 
-    assert len(rules({})) == 1
+    unlisted = rules({})
     listed = rules({"operator": {"jobQueuePolicy": {"serviceAccounts": ["jobs", "etl"]}}})
+    assert len(listed) == len(unlisted) + 1
     assert listed[1] == "variables.account == 'default' || variables.account in [\"jobs\",\"etl\"]"
+    assert listed[:1] + listed[2:] == unlisted
 
 
 def test_no_admission_policies_when_turned_off_or_too_old(rendered: Render, helm: str,

@@ -9,8 +9,10 @@ makes everything else in a temporary directory:
 * etcd with a fresh data directory (no fsync: the data is thrown away anyway);
 * kube-apiserver on 127.0.0.1 with ``--authorization-mode=Node,RBAC``, the
   OwnerReferencesPermissionEnforcement admission plugin (as OpenShift runs it: setting
-  ``blockOwnerDeletion`` needs update on the owner's finalizers) and an audit log of every
-  request at Metadata level (see ``audit.py``);
+  ``blockOwnerDeletion`` needs update on the owner's finalizers), ``--allow-privileged=true``
+  (as kubeadm and the managed clusters run it, so a privileged pod is stopped by admission
+  policies, not by the flag) and an audit log of every request at Metadata level (see
+  ``audit.py``);
 * the CRDs given (``kubectl apply -f``), before the controller manager starts, so its garbage
   collector knows them from the start (see :meth:`ControlPlane._install_crds`);
 * kube-controller-manager with the controllers listed in :data:`DEFAULT_CONTROLLERS`, each
@@ -195,6 +197,7 @@ class ControlPlane:
             f"--service-account-signing-key-file={service_account.key}",
             "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
+            "--allow-privileged=true",
             f"--audit-policy-file={policy}",
             f"--audit-log-path={self.audit.path}", "--audit-log-format=json",
             "--profiling=false",

@@ -22,6 +22,7 @@ while a good JobQueue of alice's is served, its pods as "default" with no token 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 from collections.abc import Iterator
@@ -355,3 +356,92 @@ def test_the_operators_token_writes_only_what_the_operator_renders(
     image = {"spec": {"containers": [{"name": container, "image": "docker.io/attacker/miner:1"}]}}
     assert_refused(operator, "PATCH", path, image,
                              content_type="application/strategic-merge-patch+json")
+
+
+def _with(base: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A deep copy of ``base`` with ``value`` set at the dotted ``path`` (list items by index)."""
+    copy: dict[str, Any] = json.loads(json.dumps(base))
+    *parents, last = path.split(".")
+    node: Any = copy
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+    node[last] = value
+    return copy
+
+
+UNRESTRICTED = {
+    # (the API server itself refuses privileged with allowPrivilegeEscalation false)
+    "privileged": _with(_with(RESTRICTED_POD, "containers.0.securityContext.privileged", True),
+                        "containers.0.securityContext.allowPrivilegeEscalation", True),
+    "escalation allowed": _with(RESTRICTED_POD,
+                                "containers.0.securityContext.allowPrivilegeEscalation", True),
+    "capability added": _with(RESTRICTED_POD, "containers.0.securityContext.capabilities.add",
+                              ["SYS_ADMIN"]),
+    "host network": _with(RESTRICTED_POD, "hostNetwork", True),
+    "host port": _with(RESTRICTED_POD, "containers.0.ports", [{"containerPort": 80,
+                                                                "hostPort": 80}]),
+    "hostPath volume": _with(RESTRICTED_POD, "volumes",
+                             [{"name": "root", "hostPath": {"path": "/"}}]),
+    "root user": _with(RESTRICTED_POD, "containers.0.securityContext.runAsUser", 0),
+    "root allowed": _with(RESTRICTED_POD, "securityContext.runAsNonRoot", False),
+    "seccomp unconfined": _with(RESTRICTED_POD, "securityContext.seccompProfile",
+                                {"type": "Unconfined"}),
+    "init container privileged": _with(RESTRICTED_POD, "initContainers", [
+        {"name": "init", "image": "registry.k8s.io/pause:3.10",
+         "securityContext": {"privileged": True}}]),
+    "sysctls": _with(RESTRICTED_POD, "securityContext.sysctls",
+                     [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]),
+}
+
+
+def test_the_operators_token_writes_only_restricted_pod_templates(served: Served) -> None:
+    """A Deployment or CronJob that passes for a JobQueue's child, in the JobQueue's own
+    namespace, with a pod template that breaks the restricted Pod Security Standard: refused
+    by the chart's admission policy, whatever the namespace itself enforces (none here). The
+    same template made restricted is accepted: the refusals are the pod's, nothing else."""
+    cluster, ns = served.cluster, served.namespace
+    operator = operator_configuration(served)
+    cluster.apply(jobqueue("templates", replicas=0, autoscaling={"enabled": False}), namespace=ns)
+    wait_until(lambda: served.child("jobqueue", "templates"), message="the JobQueue")
+    owner = served.child("jobqueue", "templates")
+    assert owner is not None
+    metadata = {"labels": {"app.kubernetes.io/managed-by": "antre-operator"},
+                "ownerReferences": [{"apiVersion": "antre.dev/v1alpha1", "kind": "JobQueue",
+                                     "name": "templates", "uid": owner["metadata"]["uid"]}]}
+
+    def deployment(name: str, pod: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {**metadata, "name": name},
+                "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
+                         "template": {"metadata": {"labels": {"app": name}}, "spec": pod}}}
+
+    deployments = f"/apis/apps/v1/namespaces/{ns}/deployments"
+    refusals = {}
+    for case, pod in UNRESTRICTED.items():
+        refusals[case] = refused_by_policy(operator, "POST", deployments,
+                                           deployment("unrestricted", pod),
+                                           content_type="application/json")
+    wrongly_accepted = [case for case, answer in refusals.items()
+                        if not ("ValidatingAdmissionPolicy" in answer and "denied" in answer)]
+    assert not wrongly_accepted, {case: refusals[case] for case in wrongly_accepted}
+    assert "restricted Pod Security Standard" in refusals["hostPath volume"]
+    assert cluster.get("deployment", "unrestricted", ns) is None
+
+    unconfined = deployment("unrestricted", RESTRICTED_POD)
+    unconfined["spec"]["template"]["metadata"]["annotations"] = {
+        "container.apparmor.security.beta.kubernetes.io/main": "unconfined"}
+    assert_refused(operator, "POST", deployments, unconfined, content_type="application/json")
+    cronjob = {"apiVersion": "batch/v1", "kind": "CronJob",
+               "metadata": {**metadata, "name": "unrestricted"},
+               "spec": {"schedule": "* * * * *", "suspend": True, "jobTemplate": {"spec": {
+                   "template": {"spec": {**UNRESTRICTED["hostPath volume"],
+                                         "restartPolicy": "Never"}}}}}}
+    assert_refused(operator, "POST", f"/apis/batch/v1/namespaces/{ns}/cronjobs", cronjob,
+                   content_type="application/json")
+
+    answer = refused_by_policy(operator, "POST", deployments,
+                               deployment("restricted", RESTRICTED_POD),
+                               content_type="application/json")
+    assert answer.endswith("accepted"), answer
+    cluster.kubectl("delete", "deployment", "restricted", "-n", ns, "--wait=false")
+    cluster.kubectl("delete", "jobqueue", "templates", "-n", ns, "--wait=false")
