@@ -56,6 +56,19 @@ URL_REFUSED: Final = frozenset({"InvalidRedisUrl", policy.NotAllowed.reason})
 INVALID_SPEC_RETRY_S: Final = 60.0
 #: Next step while the JobQueue is being deleted: kopf stops the loop before it comes.
 BEING_DELETED_RETRY_S: Final = 60.0
+#: API server answers that refuse a manifest itself (invalid, bad request, denied at admission):
+#: the same manifest is refused again, so it is sent again only after a pause that doubles.
+REFUSING_STATUSES: Final = frozenset({400, 403, 422})
+REFUSED_RETRY_MIN_S: Final = 10.0
+REFUSED_RETRY_MAX_S: Final = 600.0
+
+
+def refused_retry_after_s(previous_s: float | None) -> float:
+    """The pause before a refused manifest is sent again: 10 s, doubling up to 10 min (a
+    changed admission policy or quota may accept it later; a changed spec is sent at once)."""
+    if previous_s is None:
+        return REFUSED_RETRY_MIN_S
+    return min(previous_s * 2, REFUSED_RETRY_MAX_S)
 
 
 def _resource_version(body: Mapping[str, Any] | None) -> int | None:
@@ -104,6 +117,20 @@ class Applied:
         """A watch event of a spec change the operator did not make: worth a step at once.
         Other changes (labels, annotations) wait for the next poll."""
         return self.written is not None and _generation(live) != self.generation
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """A manifest the API server refused, and when it may be sent again."""
+
+    manifest: dict[str, Any]
+    error: kube.KubeError
+    retry_at: float
+    pause_s: float
+
+    def holds(self, manifest: Mapping[str, Any], now: float) -> bool:
+        """The same manifest, before its retry time: answer with the refusal, send nothing."""
+        return now < self.retry_at and (manifest is self.manifest or manifest == self.manifest)
 
 
 @dataclasses.dataclass
@@ -170,6 +197,7 @@ class Reconciler:
         self._reported: dict[str, str] = {}
         self._parsed: tuple[tuple[str, int], spec.JobQueueSpec] | None = None
         self._rendered: tuple[spec.JobQueueSpec, tuple[str, int, bool], rendering.Children] | None = None
+        self._refusals: dict[ChildKey, Refusal] = {}
 
     @property
     def kube(self) -> kube.KubeClient:
@@ -268,9 +296,12 @@ class Reconciler:
             return interval
         except kube.KubeError as exc:
             applied = None
-            problem = problem or status.Problem("ApplyFailed", f"applying the children: {exc}")
+            named = rendering.spec_fields_named(str(exc))
+            behind = f" (from {', '.join(named)})" if named else ""
+            problem = problem or status.Problem("ApplyFailed",
+                                                f"applying the children{behind}: {exc}")
             self.state.metrics.errors.labels(self.namespace, self.name, "ApplyFailed").inc()
-            self._report(body, "apply", reason="ApplyFailed", message=str(exc))
+            self._report(body, "apply", reason="ApplyFailed", message=f"{exc}{behind}")
         else:
             if applied is not None:
                 self._resolve(body, "apply", reason="Applied", message="the children are applied")
@@ -458,6 +489,11 @@ class Reconciler:
             if before is not None and before.unchanged(manifest, live):
                 self.state.applied[key] = before.seen(live)
                 continue  # at rest: no write
+            refusal = self._refusals.get(key)
+            if refusal is not None and refusal.holds(manifest, time.monotonic()):
+                # Not a request per poll for an answer known already (a fresh traceback: one
+                # raised again keeps growing its own).
+                raise refusal.error.with_traceback(None)
             # Before the write: its own watch event may arrive while we await the answer, and
             # must not pass for a hand edit (that would run the next step at once, so a
             # maxScaleUpStep would be taken twice per poll).
@@ -470,6 +506,15 @@ class Reconciler:
                 self.state.children.pop(key, None)
                 self.state.applied.pop(key, None)
                 raise
+            except kube.KubeError as exc:
+                if exc.status in REFUSING_STATUSES:
+                    previous_s = (refusal.pause_s if refusal is not None
+                                  and refusal.manifest == manifest else None)
+                    pause_s = refused_retry_after_s(previous_s)
+                    self._refusals[key] = Refusal(manifest, exc, time.monotonic() + pause_s,
+                                                  pause_s)
+                raise
+            self._refusals.pop(key, None)
             self.state.applied[key] = Applied(manifest, kube.written_state(stored),
                                               _generation(stored), kube.resource_version(stored))
             self.state.remember_child(key, stored)

@@ -187,6 +187,32 @@ def _pod_spec(worker: spec.WorkerSpec, containers: list[dict[str, Any]], *,
     return pod
 
 
+#: The fields of every child's pod template that come straight from the JobQueue's spec (the CRD
+#: leaves some free-form, so only the API server finds a bad value in them).
+_POD_FIELDS_FROM_SPEC: Final = {
+    "spec.affinity": "spec.worker.affinity",
+    "spec.tolerations": "spec.worker.tolerations",
+    "spec.nodeSelector": "spec.worker.nodeSelector",
+    "spec.imagePullSecrets": "spec.worker.imagePullSecrets",
+    "spec.serviceAccountName": "spec.worker.serviceAccountName",
+    "metadata.annotations": "spec.worker.podAnnotations",
+}
+_TEMPLATE_PATH: Final = re.compile(r"\bspec\.(?:jobTemplate\.spec\.)?template\.([\w.\[\]]+)")
+
+
+def spec_fields_named(message: str) -> list[str]:
+    """The JobQueue fields behind the pod-template paths an API server's refusal names
+    (``spec.template.spec.affinity.nodeAffinity...`` -> ``spec.worker.affinity``), in order."""
+    found: list[str] = []
+    for match in _TEMPLATE_PATH.finditer(message):
+        path = match.group(1)
+        for child_field, jobqueue_field in _POD_FIELDS_FROM_SPEC.items():
+            within = path == child_field or path.startswith((child_field + ".", child_field + "["))
+            if within and jobqueue_field not in found:
+                found.append(jobqueue_field)
+    return found
+
+
 def _pod_template(jobqueue: str, component: str, worker: spec.WorkerSpec,
                   pod: dict[str, Any]) -> dict[str, Any]:
     metadata: dict[str, Any] = {"labels": _labels(jobqueue, component)}

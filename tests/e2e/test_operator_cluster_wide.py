@@ -255,6 +255,41 @@ def test_crashing_workers_make_the_jobqueue_not_ready_with_their_reason(
     cluster.kubectl("delete", "jq", "broken", "-n", ns, "--wait=true")
 
 
+def test_a_child_the_api_server_refuses_is_not_sent_again_every_poll(
+        served: Served, figures: list[str]) -> None:
+    """spec.worker.affinity is free-form in the CRD, so a value only the API server refuses
+    reaches the operator: Ready=False, reason ApplyFailed, naming the JobQueue's field; the same
+    Deployment is sent again after a pause (10 s, doubling), not at every 1 s poll; a fixed spec
+    is applied at once."""
+    cluster, ns = served.cluster, served.namespace
+    if cluster.audit is None:
+        pytest.skip("needs the API server's audit log; the suite's own control plane has one")
+    bogus = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "Near"}]}]}}}
+    window = cluster.audit.window()
+    cluster.apply(jobqueue("refused", worker={"affinity": bogus}, autoscaling={"enabled": False},
+                           replicas=1), namespace=ns)
+    jq = cluster.wait_for("jobqueue", "refused", ns, timeout_s=SETTLE_S,
+                          what="Ready=False ApplyFailed",
+                          until=lambda jq: ready_condition(jq).get("reason") == "ApplyFailed")
+    message = ready_condition(jq)["message"]
+    assert "spec.worker.affinity" in message and "Near" in message, message
+    time.sleep(6)  # six polls of the operator, each of which used to send the Deployment again
+    sends = [r for r in window.writes(served.install.user)
+             if r.resource == "deployments" and r.name == "refused-worker"]
+    assert [r.code for r in sends] == [422], "\n".join(map(str, sends))
+    figures.append(f"{served.install.release}: a worker Deployment the API server refuses: "
+                   f"sent {len(sends)} time(s) in the 6 s after the refusal (polling every 1 s)")
+
+    fixed = time.monotonic()
+    cluster.kubectl("patch", "jq", "refused", "-n", ns, "--type=json", "-p",
+                    '[{"op": "remove", "path": "/spec/worker/affinity"}]')
+    wait_until(lambda: cluster.get("deployment", "refused-worker", ns), timeout_s=SETTLE_S,
+               interval_s=0.2, message="the worker Deployment applied after the fix")
+    assert time.monotonic() - fixed < 5, "a fixed spec waited for the refusal's pause"
+    cluster.kubectl("delete", "jq", "refused", "-n", ns, "--wait=true")
+
+
 def test_deleting_the_namespace_takes_its_jobqueues_along(served: Served) -> None:
     """``kubectl delete namespace`` with a JobQueue in it: the operator lets it go (releases
     its finalizer, recreates nothing) and the namespace disappears."""

@@ -239,3 +239,24 @@ def test_with_tls_every_pod_refuses_a_plain_url_itself() -> None:
     for manifest in rendering.render_children(plain, OWNER_UID, replicas=1).present:
         if manifest["kind"] != "Service":
             assert "ANTRE_REDIS_TLS" not in env_of(manifest)
+
+
+@pytest.mark.parametrize(("message", "fields"), [
+    pytest.param('Deployment.apps "q-worker" is invalid: spec.template.spec.affinity.nodeAffinity'
+                 '.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]'
+                 '.matchExpressions[0].operator: Unsupported value: "Near"',
+                 ["spec.worker.affinity"], id="affinity"),
+    pytest.param('CronJob.batch "q-reaper" is invalid: [spec.jobTemplate.spec.template.spec'
+                 '.tolerations[0].effect: Unsupported value: "Sometimes", spec.jobTemplate.spec'
+                 '.template.metadata.annotations: Invalid value: "x/y/z"]',
+                 ["spec.worker.tolerations", "spec.worker.podAnnotations"], id="two-in-a-cronjob"),
+    pytest.param('Deployment.apps "q-worker" is invalid: spec.template.spec.nodeSelector: '
+                 'Invalid value: "-zone"; spec.template.spec.nodeSelector[x]: again',
+                 ["spec.worker.nodeSelector"], id="named-once"),
+    pytest.param('Deployment.apps "q-worker" is invalid: spec.template.spec.containers[0].image:'
+                 ' Required value', [], id="not-from-a-free-form-field"),
+    pytest.param("the server could not find the requested resource", [], id="no-path"),
+])
+def test_a_refusal_names_the_jobqueue_fields_behind_the_childs_paths(
+        message: str, fields: list[str]) -> None:
+    assert rendering.spec_fields_named(message) == fields
