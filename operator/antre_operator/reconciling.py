@@ -317,7 +317,7 @@ class Reconciler:
             autoscaling=jq.autoscaling.enabled, replicas=applied,
             ready_replicas=self._ready_replicas(jq, uid), desired_replicas=decision.replicas,
             scaling_note=decision.note, selector=rendering.worker_selector(jq.name),
-            last_scale_time=self.last_scale_time, workers=workers)
+            last_scale_time=self.last_scale_time, workers=workers, api=self._api(jq, uid))
         await self._write_status(body, observation)
         return interval
 
@@ -413,6 +413,17 @@ class Reconciler:
             return None
         replicas = (live.get("spec") or {}).get("replicas")
         return replicas if isinstance(replicas, int) else 1
+
+    def _api(self, jq: spec.JobQueueSpec, uid: str) -> status.Api | None:
+        """The API Deployment's availability, from the watch's cache (no request)."""
+        if not jq.api.enabled:
+            return None
+        name = rendering.api_name(jq.name)
+        live = self.state.children.get(("Deployment", self.namespace, name))
+        if not isinstance(live, dict) or not kube.ours(live, jobqueue=self.name, uid=uid):
+            return status.Api(name=name, wanted=jq.api.replicas, available=None)
+        return status.Api(name=name, wanted=jq.api.replicas,
+                          available=status.available_replicas(live))
 
     def _ready_replicas(self, jq: spec.JobQueueSpec, uid: str) -> int:
         live = self._own_worker(jq, uid) or {}

@@ -13,7 +13,9 @@ Conditions (positive polarity, like Deployments'):
   ``CreateContainerConfigError``, ``Unschedulable``...) while any worker pod fails;
 * ``RedisReachable``: the last depth read succeeded;
 * ``Scaling``: the autoscaler is deciding (False when disabled, or paused on an error);
-* ``RedisConfigured``: maxmemory-policy is ``noeviction`` (False is a warning: jobs may be lost).
+* ``RedisConfigured``: maxmemory-policy is ``noeviction`` (False is a warning: jobs may be lost);
+* ``ApiAvailable`` (only with ``spec.api.enabled``): an API pod is available, from the API
+  Deployment's own status (``Ready`` speaks for the workers only).
 """
 
 from __future__ import annotations
@@ -66,6 +68,16 @@ class Workers:
 
 
 @dataclasses.dataclass(frozen=True)
+class Api:
+    """The API Deployment as last observed (``spec.api.enabled``)."""
+
+    name: str
+    wanted: int
+    available: int | None
+    """Its status.availableReplicas; None while the Deployment is not observed (not applied)."""
+
+
+@dataclasses.dataclass(frozen=True)
 class QueueNumbers:
     ready: int
     due: int
@@ -100,6 +112,8 @@ class Observation:
     last_scale_time: str | None = None
     workers: Workers | None = None
     """The workers' availability; None when not observed (Ready then ignores it)."""
+    api: Api | None = None
+    """The API's availability; None when spec.api is not enabled (no ApiAvailable condition)."""
 
 
 def available_replicas(deployment: Mapping[str, Any] | None) -> int:
@@ -231,7 +245,21 @@ def conditions_for(obs: Observation) -> list[dict[str, Any]]:
         ready = _condition("Ready", UNKNOWN, "Reconciling", "the children are not applied yet")
     else:
         ready = _workers_ready(obs.workers, obs.replicas)
-    return [ready, reachable, scaling, configured]
+    conditions = [ready, reachable, scaling, configured]
+    if obs.api is not None:
+        conditions.append(_api_available(obs.api))
+    return conditions
+
+
+def _api_available(api: Api) -> dict[str, Any]:
+    if api.available is None:
+        return _condition("ApiAvailable", UNKNOWN, "NotApplied",
+                          f"Deployment {api.name} is not applied yet")
+    counted = f"{api.available}/{api.wanted} API pods available"
+    if api.available == 0:
+        return _condition("ApiAvailable", FALSE, "ApiUnavailable",
+                          f"{counted}; see kubectl describe deployment {api.name}")
+    return _condition("ApiAvailable", TRUE, "ApiPodsAvailable", counted)
 
 
 def _workers_ready(workers: Workers | None, replicas: int) -> dict[str, Any]:

@@ -290,6 +290,28 @@ def test_a_child_the_api_server_refuses_is_not_sent_again_every_poll(
     cluster.kubectl("delete", "jq", "refused", "-n", ns, "--wait=true")
 
 
+def test_an_api_that_does_not_start_is_in_the_status(served: Served) -> None:
+    """Ready speaks for the workers; an API pod that never becomes available (here the test
+    kubelet runs worker pods only, so it stays Pending) turns ApiAvailable False, naming its
+    Deployment, from the watch's cache."""
+    cluster, ns = served.cluster, served.namespace
+    cluster.apply(jobqueue("with-api", api={"enabled": True, "tokenSecretRef": {"name": "tok"}},
+                           autoscaling={"enabled": False}, replicas=1), namespace=ns)
+    served.wait_ready("with-api")
+    jq = cluster.wait_for("jobqueue", "with-api", ns, timeout_s=SETTLE_S,
+                          what="ApiAvailable=False",
+                          until=lambda jq: condition(jq, "ApiAvailable") == "False")
+    [api] = [c for c in jq["status"]["conditions"] if c["type"] == "ApiAvailable"]
+    assert (api["reason"], api["message"]) == (
+        "ApiUnavailable", "0/1 API pods available; see kubectl describe deployment with-api-api")
+    assert condition(jq, "Ready") == "True"
+    cluster.kubectl("patch", "jq", "with-api", "-n", ns, "--type=merge", "-p",
+                    '{"spec": {"api": {"enabled": false}}}')
+    cluster.wait_for("jobqueue", "with-api", ns, timeout_s=SETTLE_S, what="no ApiAvailable",
+                     until=lambda jq: condition(jq, "ApiAvailable") is None)
+    cluster.kubectl("delete", "jq", "with-api", "-n", ns, "--wait=true")
+
+
 def test_deleting_the_namespace_takes_its_jobqueues_along(served: Served) -> None:
     """``kubectl delete namespace`` with a JobQueue in it: the operator lets it go (releases
     its finalizer, recreates nothing) and the namespace disappears."""

@@ -56,6 +56,25 @@ def test_condition_matrix(obs: status.Observation, expected: dict[str, Any]) -> 
     assert conditions(obs) == expected
 
 
+@pytest.mark.parametrize("api, expected", [
+    pytest.param(None, None, id="api-disabled"),
+    pytest.param(status.Api(name="q-api", wanted=2, available=None),
+                 ("Unknown", "NotApplied", "Deployment q-api is not applied yet"), id="not-applied"),
+    pytest.param(status.Api(name="q-api", wanted=2, available=0),
+                 ("False", "ApiUnavailable",
+                  "0/2 API pods available; see kubectl describe deployment q-api"), id="none-up"),
+    pytest.param(status.Api(name="q-api", wanted=2, available=1),
+                 ("True", "ApiPodsAvailable", "1/2 API pods available"), id="one-up"),
+])
+def test_the_api_has_a_condition_of_its_own(api: status.Api | None,
+                                            expected: tuple[str, str, str] | None) -> None:
+    """Ready speaks for the workers: an API that does not start is its own condition."""
+    found = {c["type"]: (c["status"], c["reason"], c["message"])
+             for c in status.conditions_for(dataclasses.replace(OK, api=api))}
+    assert found.get("ApiAvailable") == expected
+    assert found["Ready"][:2] == ("True", "WorkersAvailable")
+
+
 def test_render_status_fields() -> None:
     doc = status.render_status(OK, previous={}, now="2030-01-01T00:00:00Z")
     assert doc["observedGeneration"] == 3
