@@ -96,13 +96,48 @@ def test_an_earlier_worker_gets_hashes_until_its_entry_is_gone(redis_client, qs)
     assert queue.enqueue("t", 3).created and form(redis_client, qs, mixed[0].job_id) == "hash"
     scripts.run(redis_client, reap_op(qs, limit=100, pass_lock_ms=0, holder="test"))
     assert redis_client.zrange(qs.keys.workers, 0, -1) == ["w-registered"]
-    after = queue.enqueue("t", 4).job_id
+    # Pruned, it may still be a worker frozen past its entry that comes back and pops ids:
+    # Hashes for an hour after it was last seen registered.
+    held = queue.enqueue("t", 4).job_id
+    assert form(redis_client, qs, held) == "hash"
+    assert 3_590_000 < redis_client.pttl(qs.keys.earlier_workers) <= 3_600_000
+    redis_client.pexpire(qs.keys.earlier_workers, 1)  # the hour passes
+    wait_until(lambda: not redis_client.exists(qs.keys.earlier_workers), message="the hour")
+    after = queue.enqueue("t", 5).job_id
     assert form(redis_client, qs, after) == "field"
     assert_invariants(redis_client, qs)
     claimed = scripts.run(redis_client, claim_op(qs, WorkerSettings(), worker_id="w1",
                                                  max_jobs=10))
-    assert len(claimed.jobs) == 4  # both forms, in order
+    assert len(claimed.jobs) == 5  # both forms, in order
     assert claimed.jobs[0].id == mixed[0].job_id and claimed.jobs[-1].id == after
+
+
+def test_an_earlier_worker_seen_only_by_a_reaper_pass_keeps_fields_off(redis_client, qs):
+    """A worker of an earlier version registered while nothing was enqueued, frozen past its
+    entry and pruned: the reaper passes that saw it registered keep fields off, so the jobs
+    enqueued next are Hashes it can claim when it comes back (the review's upgrade gap)."""
+    register_worker(redis_client, qs)
+    register_earlier_worker(redis_client, qs, ttl_ms=200)
+    scripts.run(redis_client, reap_op(qs, limit=100, pass_lock_ms=0, holder="test"))
+    assert redis_client.exists(qs.keys.earlier_workers)
+    started = server_ms(redis_client)
+    wait_until(lambda: not redis_client.exists(qs.keys.worker("w-earlier"))
+               and server_ms(redis_client) > started + 1100, timeout_s=5,
+               message="the earlier worker's entry expired, its beat over a second old")
+    scripts.run(redis_client, reap_op(qs, limit=100, pass_lock_ms=0, holder="test"))
+    assert redis_client.zrange(qs.keys.workers, 0, -1) == ["w-registered"]
+    job_id = Queue(redis_client, settings=qs).enqueue("t", 1).job_id
+    assert form(redis_client, qs, job_id) == "hash"
+    assert_invariants(redis_client, qs)
+
+
+def test_only_this_versions_workers_never_turn_fields_off(redis_client, qs):
+    register_worker(redis_client, qs)
+    register_worker(redis_client, qs, worker_id="w-other")
+    scripts.run(redis_client, reap_op(qs, limit=100, pass_lock_ms=0, holder="test"))
+    job_id = Queue(redis_client, settings=qs).enqueue("t", 1).job_id
+    assert form(redis_client, qs, job_id) == "field"
+    assert not redis_client.exists(qs.keys.earlier_workers)
 
 
 def test_a_gone_worker_left_in_field_readers_does_not_count_for_an_earlier_one(redis_client, qs):

@@ -20,7 +20,9 @@ Layout for prefix ``antre`` and queue ``Q`` (Redis type in brackets):
 - ``antre:{Q}:stats``        [Hash]   counters (done, dead, retried, ...)
 - ``antre:{Q}:workers``      [ZSET]   worker id -> last heartbeat (ms)
 - ``antre:{Q}:field_readers`` [ZSET]  the same, for workers that claim queued fields (this version
-                                      on); enqueue writes fields only while both sets are as large
+                                      on); enqueue writes fields only while it holds every worker
+- ``antre:{Q}:earlier_workers`` [String] set for an hour each time a worker of an earlier version is
+                                      seen registered; no fields are written while it exists
 - ``antre:{Q}:worker:<wid>`` [String] JSON registry entry of a live worker, with a TTL
 - ``antre:{Q}:reaper``       [String] short lock that lets one process run a reaper pass
 
@@ -125,8 +127,14 @@ class QueueKeys:
     def field_readers(self) -> str:
         """The workers that claim jobs from the queued Hash: every registered worker of this
         version and later, as in :attr:`workers`. Earlier workers drop an id without a job key,
-        so enqueue writes a queued field only while the two sets are as large."""
+        so enqueue writes a queued field only while every member of :attr:`workers` is here."""
         return self.base + "field_readers"
+
+    @property
+    def earlier_workers(self) -> str:
+        """Set while, and for an hour after, a worker of an earlier version was registered:
+        enqueue writes no queued field meanwhile (PROTOCOL.md "Versions")."""
+        return self.base + "earlier_workers"
 
     @property
     def reaper_lock(self) -> str:

@@ -12,6 +12,15 @@ end
 -- O(log N), and the cap bounds how long one call holds Redis.
 local MAX_IDS_PER_CALL = 1000
 
+-- Workers of an earlier version drop a job they find only as a queued field ("Versions" in
+-- PROTOCOL.md). While one is registered (in `workers`, not in `field_readers`), enqueue writes
+-- Hashes; this long after one was last seen registered, too: one that froze past its registry
+-- entry (and was pruned as gone) may still come back and pop ids.
+local EARLIER_WORKER_WINDOW_MS = 3600000
+local function earlier_workers_registered(workers_key, field_readers_key)
+  return #redis.call('ZDIFF', 2, workers_key, field_readers_key) > 0
+end
+
 -- History is a ring of HISTORY_SLOTS hash fields h:<n % slots> inside the job hash, so
 -- it expires with the job and costs no extra key. Returns the field/value pair to add
 -- to the caller's HSET, which keeps every transition at one write per job.

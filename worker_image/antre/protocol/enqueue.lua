@@ -5,7 +5,9 @@
 -- KEYS[4] -> <prefix>:{Q}:queued      (Hash, id -> the packed record of a job not claimed yet)
 -- KEYS[5] -> <prefix>:{Q}:workers     (ZSET, registered workers)
 -- KEYS[6] -> <prefix>:{Q}:field_readers (ZSET, the registered workers that claim queued fields)
--- KEYS[7..] -> per job: <prefix>:{Q}:job:<id>, then <prefix>:{Q}:idem:<key> when the job has one
+-- KEYS[7] -> <prefix>:{Q}:earlier_workers (String, set while and for an hour after a worker of an
+--            earlier version was seen registered)
+-- KEYS[8..] -> per job: <prefix>:{Q}:job:<id>, then <prefix>:{Q}:idem:<key> when the job has one
 --              (read; written only for a job kept as its own Hash, below)
 -- ARGV[1] -> number of jobs
 -- ARGV[2] -> unused (was the idempotency TTL: a key now lives as long as its job)
@@ -14,8 +16,9 @@
 -- Writes: per new job a field of the queued Hash (see queued_value in _prelude.lua) and its id
 --         pushed on the ready list, or for a delay its due time in the retry set. While a
 --         registered worker is not in KEYS[6] (a worker of an earlier version, which drops an
---         id it finds only as a field), or no worker is registered, the job is written as its
---         own Hash instead, the form every version claims (PROTOCOL.md "Versions").
+--         id it finds only as a field), KEYS[7] exists (one was, within the hour), or no worker
+--         is registered, the job is written as its own Hash instead, the form every version
+--         claims (PROTOCOL.md "Versions"); seeing an earlier worker (re)sets KEYS[7].
 -- Returns: flat array of pairs {job_id, created} per job; created is 0 when the job already
 --          existed: a live or completed idempotency key returned its job, or a job with that
 --          id exists, as a key or a queued field (it is returned untouched).
@@ -28,8 +31,10 @@ local now = now_ms()
 local result = {}
 -- By membership, not by size: a reaper of an earlier version prunes KEYS[5] only, so KEYS[6] may
 -- keep the entries of workers of this version that are gone, as many as the earlier ones.
-local as_fields = redis.call('EXISTS', KEYS[5]) == 1
-  and #redis.call('ZDIFF', 2, KEYS[5], KEYS[6]) == 0
+local earlier_key = KEYS[7]
+local registered = redis.call('EXISTS', KEYS[5]) == 1
+local earlier_seen = registered and earlier_workers_registered(KEYS[5], KEYS[6])
+local as_fields = registered and not earlier_seen and redis.call('EXISTS', earlier_key) == 0
 
 -- A key dedupes the same request (type and payload) only: reused for a different one, it is
 -- an error, not a read of the other job (as payment APIs answer 409).
@@ -54,7 +59,7 @@ end
 
 -- Validate every job before writing any: producers in other languages call this script too.
 -- (The queued key's type is checked by the first write, below.)
-local key_index = 7
+local key_index = 8
 local batch_digests = {}
 local plan = {}
 for j = 1, count do
@@ -200,5 +205,6 @@ end
 
 if created_total > 0 then
   redis.call('HINCRBY', stats_key, 'enqueued', created_total)
+  if earlier_seen then redis.call('SET', earlier_key, now, 'PX', EARLIER_WORKER_WINDOW_MS) end
 end
 return result

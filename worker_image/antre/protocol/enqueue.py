@@ -20,9 +20,9 @@ BATCH_SIZE = MAX_JOBS_PER_CALL
 #: One encoder for every payload (json.dumps builds one per call given options). Sorted keys:
 #: the same payload is the same text whatever order a dict was built in, so a retried enqueue
 #: matches its idempotency key's digest.
-#: KEYS[1..6] of enqueue.lua are the queue's (ready, retry, stats, queued, workers,
-#: field_readers); each job's keys follow.
-QUEUE_KEY_COUNT = 6
+#: KEYS[1..7] of enqueue.lua are the queue's (ready, retry, stats, queued, workers,
+#: field_readers, earlier_workers); each job's keys follow.
+QUEUE_KEY_COUNT = 7
 _PAYLOAD_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, sort_keys=True)
 _CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")
 
@@ -115,7 +115,8 @@ class EnqueueCalls:
         self.settings = settings
         k = settings.keys
         self._script = load("enqueue")
-        self._queue_keys = (k.ready, k.retry, k.stats, k.queued, k.workers, k.field_readers)
+        self._queue_keys = (k.ready, k.retry, k.stats, k.queued, k.workers, k.field_readers,
+                            k.earlier_workers)
         self._job_prefix = k.job("")
         self._idempotency_prefix = k.idempotency("")
         self._durable = Durability.of(settings)

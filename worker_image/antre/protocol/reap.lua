@@ -13,6 +13,8 @@
 -- KEYS[9] -> <prefix>:{Q}:queued        (Hash: records of jobs not claimed yet; a delayed one
 --            is promoted by moving its id)
 -- KEYS[10] -> <prefix>:{Q}:field_readers (ZSET: the workers of KEYS[7] that claim queued fields)
+-- KEYS[11] -> <prefix>:{Q}:earlier_workers (String: set for an hour whenever a worker of an
+--             earlier version is registered, as enqueue does)
 -- Undeclared keys under the same {Q} tag: job hashes, resource locks, worker entries,
 -- idempotency keys.
 -- ARGV[1] -> batch limit (per kind of work)
@@ -26,7 +28,7 @@
 -- Errors: none of its own.
 local ready_key, processing_key, retry_key, dead_key, stats_key, reaper_key, workers_key,
   legacy_dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local queued_key, field_readers_key = KEYS[9], KEYS[10]
+local queued_key, field_readers_key, earlier_key = KEYS[9], KEYS[10], KEYS[11]
 local limit, pass_lock_ms, holder = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local job_prefix, lock_prefix, worker_prefix = ARGV[4], ARGV[5], ARGV[6]
 local idem_prefix, dead_ttl_ms = ARGV[7], tonumber(ARGV[8])
@@ -79,6 +81,11 @@ local function prune(index_key)
 end
 local dropped = prune(workers_key)
 prune(field_readers_key)
+-- Seen here too, every pass: an earlier worker registered while nothing was enqueued must
+-- still keep fields off after it freezes and is pruned.
+if earlier_workers_registered(workers_key, field_readers_key) then
+  redis.call('SET', earlier_key, now, 'PX', EARLIER_WORKER_WINDOW_MS)
+end
 
 -- Older versions kept dead ids in a list (O(N) to remove one), and may still push there
 -- during a rolling upgrade: move them over, oldest first, scored by when they died.
