@@ -171,6 +171,13 @@ def test_workers_of_an_earlier_version() -> None:
     assert "antre expand-queued" in finding.action
     # Compact jobs with only this version's workers are the normal state.
     assert codes(snapshot(queued_fields=12)) == {}
+    # Gone, it may have frozen and come back: Hashes for the rest of the hour, said once.
+    recently = snapshot(hashes_for_ms=25 * 60_000)
+    [finding] = findings.diagnose(recently)
+    assert (finding.severity, finding.code) == (Severity.INFO, "earlier_version_seen_recently")
+    assert "for about 25 more minute(s)" in finding.summary
+    assert codes(dataclasses.replace(upgrading, hashes_for_ms=60 * 60_000)) == {
+        "earlier_version_workers": Severity.INFO}
 
 
 def test_eviction_policy() -> None:

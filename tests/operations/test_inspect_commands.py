@@ -109,6 +109,15 @@ def test_an_earlier_worker_beside_compact_queued_jobs(queue: Queue, redis_url: s
     code, out = run(capsys, redis_url, "inspect")
     assert "w-old  pod=pod-old" in out and "(earlier version)" in out
     assert out.count("(earlier version)") == 1
+    # An enqueue sees it (the compact jobs came before it): after it leaves the registry,
+    # Hashes for the rest of the hour, which doctor says.
+    assert data["depth"]["hashes_for_ms"] is None
+    queue.enqueue("t", 3)
+    queue.redis.delete(queue.keys.worker("w-old"))
+    queue.redis.zrem(queue.keys.workers, "w-old")
+    code, out = run(capsys, redis_url, "doctor")
+    assert "earlier_version_seen_recently: a worker of an earlier version" in out, out
+    assert "60 more minute(s)" in out and ":earlier_workers` ends it at once" in out, out
 
 
 def test_inspect_json(queue: Queue, redis_url: str, capsys: Any) -> None:

@@ -96,6 +96,9 @@ class Snapshot:
     durable_replicas: int = 0
     #: Jobs queued as fields of the queued Hash (PROTOCOL.md "Queued jobs").
     queued_fields: int = 0
+    #: How much longer enqueues write Hashes after a worker of an earlier version was seen, in ms
+    #: (None: they do not; -1: no end, a hand-set key).
+    hashes_for_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +371,16 @@ def _version_findings(snapshot: Snapshot) -> list[Finding]:
     "Versions"): beside compact queued jobs they lose them; otherwise they only cost memory."""
     earlier = [worker.worker_id for worker in snapshot.workers
                if not worker.claims_queued_fields]
+    if not earlier and snapshot.hashes_for_ms is not None:
+        left = ("with no end (the key has no expiry)" if snapshot.hashes_for_ms < 0
+                else f"for about {max(round(snapshot.hashes_for_ms / 60_000), 1)} more minute(s)")
+        return [Finding(Severity.INFO, "earlier_version_seen_recently",
+                        "a worker of an earlier version was registered within the last hour: "
+                        "enqueues write each job as its own Hash (about 2.5x the memory of a "
+                        f"compact one) {left}, in case it froze and comes back",
+                        "none: compact jobs return by themselves; once no earlier worker can "
+                        f"come back, `DEL <prefix>:{{{snapshot.queue}}}:earlier_workers` ends "
+                        "it at once")]
     if not earlier:
         return []
     named = ", ".join(earlier[:3]) + (" ..." if len(earlier) > 3 else "")
@@ -381,8 +394,8 @@ def _version_findings(snapshot: Snapshot) -> list[Finding]:
                         "dropped), then start the earlier ones")]
     return [Finding(Severity.INFO, "earlier_version_workers",
                     f"{len(earlier)} worker(s) of an earlier version ({named}): enqueues write "
-                    "each job as its own Hash (about 2.5x the memory of a compact one) until "
-                    "they leave the registry",
+                    "each job as its own Hash (about 2.5x the memory of a compact one) until an "
+                    "hour after they leave the registry",
                     "none during a rolling upgrade; if it persists, upgrade those workers")]
 
 
@@ -503,7 +516,8 @@ def to_dict(snapshot: Snapshot, findings: Sequence[Finding], *,
                   "expired_leases": after.expired_leases, "retry": after.scheduled,
                   "retry_due": after.due, "dead": after.dead, "backlog": after.backlog,
                   "oldest_ready_age_s": after.oldest_ready_age_s, "counters": after.counters,
-                  "queued_fields": snapshot.queued_fields},
+                  "queued_fields": snapshot.queued_fields,
+                  "hashes_for_ms": snapshot.hashes_for_ms},
         "trend": {"interval_s": change.interval_s, "ready_delta": change.ready_delta,
                   "backlog_delta": change.backlog_delta, "dead_delta": change.dead_delta,
                   "ready_rate_per_s": change.ready_rate_per_s,

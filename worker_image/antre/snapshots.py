@@ -221,7 +221,8 @@ def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | N
                     workers=sorted(registry.entries, key=lambda w: w.worker_id),
                     bad_worker_entries=registry.unreadable, eviction_warning=warning,
                     topology=servers, durable_replicas=settings.durable_replicas,
-                    queued_fields=registry.queued_fields)
+                    queued_fields=registry.queued_fields,
+                    hashes_for_ms=registry.hashes_for_ms)
 
 
 def _int(value: Any, default: int = 0) -> int:

@@ -45,6 +45,9 @@ class WorkerRegistry:
     unreadable: list[str]
     #: Jobs queued as fields of the queue's queued Hash when the registry was read.
     queued_fields: int = 0
+    #: How much longer enqueues write Hashes because a worker of an earlier version was seen
+    #: (PROTOCOL.md "Versions"), in ms; None when they do not (-1: the key has no expiry).
+    hashes_for_ms: int | None = None
 
 
 def workers_op(settings: QueueSettings) -> Op[WorkerRegistry]:
@@ -53,7 +56,7 @@ def workers_op(settings: QueueSettings) -> Op[WorkerRegistry]:
     def parse(reply: list[Any]) -> WorkerRegistry:
         now = int(reply[0])
         entries, unreadable = [], []
-        for i in range(2, len(reply), 4):
+        for i in range(3, len(reply), 4):
             # One unreadable entry (another version, a hand edit) must not hide the others.
             try:
                 raw = json.loads(reply[i + 2])
@@ -70,7 +73,10 @@ def workers_op(settings: QueueSettings) -> Op[WorkerRegistry]:
                 ))
             except (ValueError, TypeError, AttributeError):
                 unreadable.append(str(reply[i]))
+        hashes_for_ms = int(reply[2])
         return WorkerRegistry(entries=entries, unreadable=unreadable,
-                              queued_fields=int(reply[1]))
+                              queued_fields=int(reply[1]),
+                              hashes_for_ms=None if hashes_for_ms == -2 else hashes_for_ms)
 
-    return Op(load("workers"), [k.workers, k.field_readers, k.queued], [k.worker_prefix], parse)
+    return Op(load("workers"), [k.workers, k.field_readers, k.queued, k.earlier_workers],
+              [k.worker_prefix], parse)
