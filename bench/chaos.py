@@ -247,12 +247,17 @@ def analyse(report: ChaosReport, r: Any, settings: antre.QueueSettings, ids: lis
         run_attempts = collections.Counter(runs)
         if any(count > claims.get(attempt, 0) for attempt, count in run_attempts.items()):
             report.runs_without_lease.append(job_id)
-        # Every claim ended exactly once, and the attempt counter is claims minus refunds.
+        # Every claim ended exactly once, and the attempt counter is claims minus refunds (a
+        # release refunds the attempt, unless it came after the lease's deadline).
         ended = (kinds["acked"] + kinds["retrying"] + kinds["dead"] + kinds["lease_expired"]
                  + kinds["released"])
+        refunds = sum(1 for e in events if e.event == "released"
+                      and "the attempt counts" not in (e.error or ""))
         if (ended != sum(claims.values()) or int(fields.get("attempt", -1))
-                != sum(claims.values()) - kinds["released"]):
-            report.attempts_inconsistent.append(job_id)
+                != sum(claims.values()) - refunds):
+            report.attempts_inconsistent.append(
+                f"{job_id} attempt={fields.get('attempt')} history="
+                + ",".join(f"{e.event}:{e.attempt}" for e in events))
         normal_ends = kinds["acked"] + kinds["retrying"] + (kinds["dead"] if job_id in permanent else 0)
         extra = len(runs) - normal_ends
         if extra > 0:
