@@ -222,7 +222,10 @@ async def test_a_job_that_ends_a_long_idle_wait_keeps_its_lease(redis_client, ar
         await asyncio.sleep(0.95)  # the job arrives late in a wait of up to 1 s
         job_id = Queue(redis_client, settings=qs).enqueue("t").job_id
         await eventually(lambda: status_of(redis_client, qs, job_id) == "done")
-    events = [e.event for e in Queue(redis_client, settings=qs).get(job_id).history]
+    # Claimed once and run, not given back unstarted ("released"); a heartbeat may land
+    # before the ack on a loaded machine (an "extended" entry), which is beside the point.
+    events = [e.event for e in Queue(redis_client, settings=qs).get(job_id).history
+              if e.event != "extended"]
     assert events == ["enqueued", "claimed", "acked"]
 
 
