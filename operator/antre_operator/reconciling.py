@@ -128,9 +128,13 @@ class Refusal:
     retry_at: float
     pause_s: float
 
+    def of(self, manifest: Mapping[str, Any]) -> bool:
+        """Whether this refusal answered that same manifest."""
+        return manifest is self.manifest or manifest == self.manifest
+
     def holds(self, manifest: Mapping[str, Any], now: float) -> bool:
         """The same manifest, before its retry time: answer with the refusal, send nothing."""
-        return now < self.retry_at and (manifest is self.manifest or manifest == self.manifest)
+        return now < self.retry_at and self.of(manifest)
 
 
 @dataclasses.dataclass
@@ -400,12 +404,15 @@ class Reconciler:
     def _worker_key(self, jq: spec.JobQueueSpec) -> ChildKey:
         return ("Deployment", self.namespace, rendering.worker_name(jq.name))
 
-    def _own_worker(self, jq: spec.JobQueueSpec, uid: str) -> dict[str, Any] | None:
-        """The cached worker Deployment if it is ours: a stranger's replicas are not ours."""
-        live = self.state.children.get(self._worker_key(jq))
+    def _own_child(self, key: ChildKey, uid: str) -> dict[str, Any] | None:
+        """The cached child if it is ours: a stranger's replicas or status are not ours."""
+        live = self.state.children.get(key)
         if not live or not kube.ours(live, jobqueue=self.name, uid=uid):
             return None
         return live
+
+    def _own_worker(self, jq: spec.JobQueueSpec, uid: str) -> dict[str, Any] | None:
+        return self._own_child(self._worker_key(jq), uid)
 
     def _current_replicas(self, jq: spec.JobQueueSpec, uid: str) -> int | None:
         live = self._own_worker(jq, uid)
@@ -419,11 +426,9 @@ class Reconciler:
         if not jq.api.enabled:
             return None
         name = rendering.api_name(jq.name)
-        live = self.state.children.get(("Deployment", self.namespace, name))
-        if not isinstance(live, dict) or not kube.ours(live, jobqueue=self.name, uid=uid):
-            return status.Api(name=name, wanted=jq.api.replicas, available=None)
+        live = self._own_child(("Deployment", self.namespace, name), uid)
         return status.Api(name=name, wanted=jq.api.replicas,
-                          available=status.available_replicas(live))
+                          available=None if live is None else status.available_replicas(live))
 
     def _ready_replicas(self, jq: spec.JobQueueSpec, uid: str) -> int:
         live = self._own_worker(jq, uid) or {}
@@ -519,8 +524,8 @@ class Reconciler:
                 raise
             except kube.KubeError as exc:
                 if exc.status in REFUSING_STATUSES:
-                    previous_s = (refusal.pause_s if refusal is not None
-                                  and refusal.manifest == manifest else None)
+                    previous_s = (refusal.pause_s if refusal is not None and refusal.of(manifest)
+                                  else None)
                     pause_s = refused_retry_after_s(previous_s)
                     self._refusals[key] = Refusal(manifest, exc, time.monotonic() + pause_s,
                                                   pause_s)
