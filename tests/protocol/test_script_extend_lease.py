@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from antre.protocol import scripts
+from antre.protocol.claim import claim_op
 from antre.protocol.extend_lease import extend_lease_op
-from invariants import assert_invariants
+from antre.protocol.fail import fail_op
+from antre.protocol.unlock import unlock_op
+from invariants import assert_invariants, read_record
 from protocol_state import dump, run_fresh, seed_job, server_ms
 
 
-def extend(r, qs, leases, *, lease_ms=10_000, fresh=False):
+def extend(r, qs, leases, *, lease_ms=10_000, fresh=False, kept_locks=()):
     op = extend_lease_op(qs, leases, lease_ms=lease_ms, worker_id="w1",
-                   registry_entry_json=json.dumps({"pod": "p"}), registry_ttl_ms=15_000)
+                   registry_entry_json=json.dumps({"pod": "p"}), registry_ttl_ms=15_000,
+                   kept_locks=kept_locks)
     return run_fresh(r, op) if fresh else scripts.run(r, op)
 
 
@@ -74,3 +79,51 @@ def test_expired_lock_nobody_took_is_taken_back(redis_client, qs):
     assert extend(redis_client, qs, [("a", 1)]).held == [True]
     assert redis_client.get(qs.keys.resource_lock("acct")) == "a:1"
     assert_invariants(redis_client, qs)
+
+
+def keep_lock_of_a_timed_out_run(r, qs, ws, *, max_attempts):
+    """Claims job "a" on resource "res" and fails it keeping the lock, as a worker does for a
+    handler thread past its timeout. Returns the run's lease."""
+    seed_job(r, qs, "a", resource_key="res", max_attempts=max_attempts)
+    [job] = scripts.run(r, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
+    scripts.run(r, fail_op(qs, (job.id, job.lease), error="timed out", retry_delay_ms=0,
+                           worker_id="w1", keep_lock=True))
+    return (job.id, job.lease)
+
+
+@pytest.mark.parametrize("max_attempts, form", [(2, "hash"), (1, "string")],
+                         ids=["retrying record", "dead record, packed"])
+def test_a_beat_that_arrives_after_the_unlock_leaves_the_lock_free(redis_client, qs, ws,
+                                                                    max_attempts, form):
+    """A beat names the locks kept for threads still running when it leaves; the thread can
+    return, and its unlock free the lock, before the beat reaches Redis. That beat must not lock
+    the resource again: nothing would free it before it expired, and every job on the resource
+    would wait a whole lease for a run that is over."""
+    lease = keep_lock_of_a_timed_out_run(redis_client, qs, ws, max_attempts=max_attempts)
+    lock, kept = qs.keys.resource_lock("res"), [("res", f"a:{lease[1]}")]
+    assert redis_client.type(qs.keys.job("a")) == form
+    # While the thread runs, a kept lock that expired (its worker beat too late) is taken back.
+    redis_client.delete(lock)
+    assert extend(redis_client, qs, [], kept_locks=kept).kept == [True]
+    assert redis_client.get(lock) == f"a:{lease[1]}"
+
+    assert scripts.run(redis_client, unlock_op(qs, lease, resource_key="res")) is True
+    assert "lock_kept" not in read_record(redis_client, qs, "a")
+    assert redis_client.type(qs.keys.job("a")) == form
+    assert extend(redis_client, qs, [], kept_locks=kept).kept == [False]
+    assert not redis_client.exists(lock)
+    assert_invariants(redis_client, qs)
+
+
+def test_an_unlock_forgets_the_kept_lock_even_when_another_job_holds_it(redis_client, qs, ws):
+    """The kept lock expired and another job took the resource; then the thread returned. Its
+    unlock frees nothing, but a late beat must not take the lock once that other job is done."""
+    lease = keep_lock_of_a_timed_out_run(redis_client, qs, ws, max_attempts=2)
+    lock = qs.keys.resource_lock("res")
+    redis_client.set(lock, "b:1", px=30_000)
+    assert scripts.run(redis_client, unlock_op(qs, lease, resource_key="res")) is False
+    assert redis_client.get(lock) == "b:1"
+    assert "lock_kept" not in read_record(redis_client, qs, "a")
+    redis_client.delete(lock)  # b's run is over
+    assert extend(redis_client, qs, [], kept_locks=[("res", f"a:{lease[1]}")]).kept == [False]
+    assert not redis_client.exists(lock)

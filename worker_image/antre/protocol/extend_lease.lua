@@ -16,7 +16,8 @@
 -- then     -> pairs: resource key, '<id>:<lease>' (kept locks: runs still going, job settled)
 -- Returns: {now_ms, then one integer per lease: 1 extended, 0 lost (not the current lease, its
 --          deadline passed, or another job owns the resource now); then one per kept lock:
---          1 extended, 0 lost (another job owns the resource now)}
+--          1 extended, 0 lost (another job owns the resource now, or the lock was freed by
+--          its unlock)}
 -- Errors: none of its own.
 local processing_key, workers_key, worker_key, field_readers_key = KEYS[1], KEYS[2], KEYS[3],
   KEYS[4]
@@ -36,19 +37,22 @@ redis.call('ZADD', workers_key, now, worker)
 redis.call('ZADD', field_readers_key, now, worker)
 
 -- Holds the lock under `token`: extended (never shortened), taken back if it expired and
--- nobody took it, or false when another job owns the resource now.
-local function keep_lock(lock_key, token)
+-- nobody took it (when `still_wanted()` says the run still needs it), or false when another
+-- job owns the resource now.
+local function keep_lock(lock_key, token, still_wanted)
   local holder, wrong_type = lock_holder(lock_key)
   if holder == token then
     -- Never shorten the lock (PEXPIRE GT needs Redis 7; this also runs on 6.2).
     if redis.call('PTTL', lock_key) < lease_ms then redis.call('PEXPIRE', lock_key, lease_ms) end
     return true
-  elseif not holder and not wrong_type then
+  elseif not holder and not wrong_type and still_wanted() then
     redis.call('SET', lock_key, token, 'PX', lease_ms)
     return true
   end
   return false
 end
+
+local function always() return true end
 
 local ids = {}
 for i = 8, 7 + 2 * n_leases, 2 do ids[#ids + 1] = ARGV[i] end
@@ -63,7 +67,7 @@ for j, id in ipairs(ids) do
   -- A lease past its deadline is gone even if no reaper has requeued it yet: its worker has
   -- stopped trusting it too, and another job may have taken its resource meanwhile.
   if f[1] == 'processing' and f[2] == lease and f[3] == worker and current and current >= now
-      and (not f[4] or keep_lock(lock_prefix .. f[4], id .. ':' .. lease)) then
+      and (not f[4] or keep_lock(lock_prefix .. f[4], id .. ':' .. lease, always)) then
     ok = 1
     redis.call('ZADD', processing_key, 'XX', 'GT', deadline, id)
     if f[7] == lease then
@@ -79,7 +83,15 @@ for j, id in ipairs(ids) do
   result[#result + 1] = ok
 end
 
+-- A kept lock that is gone is taken back only while its record still names it (lock_kept):
+-- this beat may have left before its thread returned, and the unlock that followed has
+-- already freed the lock for the next job on the resource.
 for i = 8 + 2 * n_leases, #ARGV, 2 do
-  result[#result + 1] = keep_lock(lock_prefix .. ARGV[i], ARGV[i + 1]) and 1 or 0
+  local token = ARGV[i + 1]
+  local id, lease = string.match(token, '^(.*):([^:]*)$')
+  local function still_wanted()
+    return id ~= nil and read_fields(job_prefix .. id, 'lock_kept')[1] == lease
+  end
+  result[#result + 1] = keep_lock(lock_prefix .. ARGV[i], token, still_wanted) and 1 or 0
 end
 return result

@@ -21,7 +21,8 @@ class ExtendResult:
     #: Per lease in the call: True extended, False lost (requeued, settled, past its deadline,
     #: or its resource taken by another job).
     held: list[bool]
-    #: Per kept lock: True extended, False another job owns the resource now.
+    #: Per kept lock: True extended, False another job owns the resource now (or the run
+    #: returned and its unlock freed the lock before this beat arrived).
     kept: list[bool]
 
 
