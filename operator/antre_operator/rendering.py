@@ -150,8 +150,12 @@ def _pod_security() -> dict[str, Any]:
 
 
 def _pod_spec(worker: spec.WorkerSpec, containers: list[dict[str, Any]], *,
-              restart_policy: str = "Always", grace_s: int | None = None) -> dict[str, Any]:
-    """Pod-level fields shared by every child: scheduling, identity, security, a writable /tmp."""
+              restart_policy: str = "Always", grace_s: int | None = None,
+              runs_handlers: bool = False) -> dict[str, Any]:
+    """Pod-level fields shared by every child: scheduling, identity, security, a writable /tmp.
+    Only pods that ``runs_handlers`` (the workers) run as spec.worker.serviceAccountName: the
+    reaper and the API need Redis alone, not the Kubernetes or cloud identity the handlers'
+    account may carry (its token, or a cloud role bound to it)."""
     for container in containers:
         container["securityContext"] = _container_security()
         container["volumeMounts"] = [{"name": "tmp", "mountPath": "/tmp"}]
@@ -173,8 +177,9 @@ def _pod_spec(worker: spec.WorkerSpec, containers: list[dict[str, Any]], *,
     # serviceAccount, which still names the old account. The default account's token is never
     # mounted; for an account the user named, the field is left out, so that ServiceAccount's
     # own automount setting decides.
-    pod["serviceAccountName"] = worker.service_account_name or "default"
-    if worker.service_account_name is None:
+    account = worker.service_account_name if runs_handlers else None
+    pod["serviceAccountName"] = account or "default"
+    if account is None:
         pod["automountServiceAccountToken"] = False
     if worker.node_selector:
         pod["nodeSelector"] = dict(worker.node_selector)
@@ -252,7 +257,8 @@ def render_worker_deployment(jq: spec.JobQueueSpec, owner_uid: str, *, replicas:
         "livenessProbe": {**probe, "initialDelaySeconds": 10, "failureThreshold": 6},
         "resources": dict(worker.resources),
     }
-    pod = _pod_spec(worker, [container], grace_s=worker.termination_grace_period_s)
+    pod = _pod_spec(worker, [container], grace_s=worker.termination_grace_period_s,
+                    runs_handlers=True)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

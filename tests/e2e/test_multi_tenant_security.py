@@ -16,7 +16,8 @@ with jobqueues and nothing else). Each escalation of issue 12's operator section
 * pointing the operator at a port that answers with a banner, and at a closed one: the same
   words in the status, no byte of the banner;
 
-while a good JobQueue of alice's is served, its pods as "default" with no token mounted.
+while a good JobQueue of alice's is served, its pods as "default" with no token mounted, and
+one naming a ServiceAccount has only its workers run as that account.
 """
 
 from __future__ import annotations
@@ -231,6 +232,47 @@ def test_what_the_operator_refuses_renders_nothing(served: Served, alice: Any) -
 
     pod = served.child("deployment", "good-worker")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "default" and pod["automountServiceAccountToken"] is False
+
+
+def test_only_the_workers_run_as_the_account_the_jobqueue_names(served: Served,
+                                                                 alice: Any) -> None:
+    """spec.worker.serviceAccountName gives the handlers an identity (its token, a cloud role
+    bound to it). The reaper and the API need Redis alone, so their pods, as the ReplicaSet
+    controller creates them, run as "default" with no token."""
+    cluster, ns = served.cluster, served.namespace
+    cluster.apply([{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "mailer"}},
+                   {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mailer-api"},
+                    "stringData": {"token": "t" * 32}}], namespace=ns)
+    body = jobqueue("mailer", worker={"handlers": "antre.example_handlers",
+                                      "serviceAccountName": "mailer"},
+                    api={"enabled": True, "tokenSecretRef": {"name": "mailer-api"}})
+    result = as_alice(served, alice, body)
+    assert result.returncode == 0, result.stderr
+    reaper = served.wait_child("cronjob", "mailer-reaper")
+    worker = served.wait_child("deployment", "mailer-worker")  # no backlog: no worker pod yet
+    templates = {"reaper": reaper["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+                 "worker": worker["spec"]["template"]["spec"]}
+    served.wait_child("deployment", "mailer-api")
+
+    def api_pod_created() -> bool:
+        pods = cluster.items("pods", ns, "antre.dev/jobqueue=mailer,"
+                                         "app.kubernetes.io/component=api")
+        if pods:
+            templates["api"] = pods[0]["spec"]
+        return bool(pods)
+
+    wait_until(api_pod_created, timeout_s=SETTLE_S, message="an API pod of mailer")
+    assert templates["worker"]["serviceAccountName"] == "mailer"
+    assert "automountServiceAccountToken" not in templates["worker"]
+    for component in ("api", "reaper"):
+        pod = templates[component]
+        assert pod["serviceAccountName"] == "default", component
+        assert pod["automountServiceAccountToken"] is False, component
+    # The API server's ServiceAccount admission mounts no token into those pods either.
+    api_pod = templates["api"]
+    assert not any(volume["name"].startswith("kube-api-access")
+                   for volume in api_pod.get("volumes") or []), api_pod.get("volumes")
+    cluster.kubectl("delete", "jobqueue", "mailer", "-n", ns, "--wait=true", "--timeout=60s")
 
 
 def test_the_operators_namespace_and_account_are_not_for_jobqueues(served: Served) -> None:

@@ -217,13 +217,23 @@ def test_api_gets_max_attempts_it_stamps_into_jobs() -> None:
     assert values["ANTRE_MAX_ATTEMPTS"] == str(parse(FULL).worker.max_attempts) == "7"
 
 
-def test_a_named_service_account_decides_its_own_token_automount() -> None:
-    jq = parse(sample(MINIMAL, worker={"serviceAccountName": "media"}))
-    for template in pod_templates(list(rendering.render_children(jq, OWNER_UID,
-                                                                 replicas=1).present)):
-        assert template["spec"]["serviceAccountName"] == "media"
-        # Not forced to true over a ServiceAccount with automountServiceAccountToken: false.
-        assert "automountServiceAccountToken" not in template["spec"]
+def test_a_named_service_account_is_the_workers_alone_and_decides_its_own_token() -> None:
+    """spec.worker.serviceAccountName is for the handlers (a cloud role, an API token they
+    use). The reaper and the API need Redis alone: they run as default, with no token."""
+    jq = parse(sample(MINIMAL, worker={"serviceAccountName": "media"},
+                      api={"enabled": True, "tokenSecretRef": {"name": "tok"}}))
+    templates = {m["metadata"]["labels"]["app.kubernetes.io/component"]: template
+                 for m in rendering.render_children(jq, OWNER_UID, replicas=1).present
+                 if m["kind"] != "Service" for template in pod_templates([m])}
+    assert sorted(templates) == ["api", "reaper", "worker"]
+    worker = templates.pop("worker")["spec"]
+    assert worker["serviceAccountName"] == "media"
+    # Not forced to true over a ServiceAccount with automountServiceAccountToken: false.
+    assert "automountServiceAccountToken" not in worker
+    for component, template in templates.items():
+        pod = template["spec"]
+        assert (pod["serviceAccountName"], pod["automountServiceAccountToken"]) == (
+            "default", False), component
 
 
 def test_with_tls_every_pod_refuses_a_plain_url_itself() -> None:
