@@ -321,7 +321,8 @@ class Reconciler:
             autoscaling=jq.autoscaling.enabled, replicas=applied,
             ready_replicas=self._ready_replicas(jq, uid), desired_replicas=decision.replicas,
             scaling_note=decision.note, selector=rendering.worker_selector(jq.name),
-            last_scale_time=self.last_scale_time, workers=workers, api=self._api(jq, uid))
+            last_scale_time=self.last_scale_time, workers=workers, api=self._api(jq, uid),
+            reaper=self._reaper(jq, uid))
         await self._write_status(body, observation)
         return interval
 
@@ -429,6 +430,13 @@ class Reconciler:
         live = self._own_child(("Deployment", self.namespace, name), uid)
         return status.Api(name=name, wanted=jq.api.replicas,
                           available=None if live is None else status.available_replicas(live))
+
+    def _reaper(self, jq: spec.JobQueueSpec, uid: str) -> status.Reaper:
+        """The reaper CronJob's last runs, from the watch's cache (no request)."""
+        name = rendering.reaper_name(jq.name)
+        return status.observed_reaper(self._own_child(("CronJob", self.namespace, name), uid),
+                                      name=name,
+                                      selector=rendering.pod_selector(jq.name, "reaper"))
 
     def _ready_replicas(self, jq: spec.JobQueueSpec, uid: str) -> int:
         live = self._own_worker(jq, uid) or {}

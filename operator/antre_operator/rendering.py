@@ -61,9 +61,14 @@ def selector_labels(jobqueue: str, component: str) -> dict[str, str]:
     return {settings.LABEL_JOBQUEUE: jobqueue, settings.LABEL_COMPONENT: component}
 
 
+def pod_selector(jobqueue: str, component: str) -> str:
+    """The label selector of a component's pods, as kubectl's -l takes it."""
+    return ",".join(f"{k}={v}" for k, v in selector_labels(jobqueue, component).items())
+
+
 def worker_selector(jobqueue: str) -> str:
     """The label selector of the worker pods, as status.selector (the /scale subresource) has it."""
-    return ",".join(f"{k}={v}" for k, v in selector_labels(jobqueue, "worker").items())
+    return pod_selector(jobqueue, "worker")
 
 
 def _labels(jobqueue: str, component: str) -> dict[str, str]:

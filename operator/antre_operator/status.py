@@ -15,12 +15,15 @@ Conditions (positive polarity, like Deployments'):
 * ``Scaling``: the autoscaler is deciding (False when disabled, or paused on an error);
 * ``RedisConfigured``: maxmemory-policy is ``noeviction`` (False is a warning: jobs may be lost);
 * ``ApiAvailable`` (only with ``spec.api.enabled``): an API pod is available, from the API
-  Deployment's own status (``Ready`` speaks for the workers only).
+  Deployment's own status (``Ready`` speaks for the workers only);
+* ``ReaperSucceeding``: the reaper CronJob's last finished run succeeded, from the CronJob's own
+  status (while a run is under way, the condition stays what the run before it left).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -78,6 +81,37 @@ class Api:
 
 
 @dataclasses.dataclass(frozen=True)
+class Reaper:
+    """The reaper CronJob as last observed."""
+
+    name: str
+    selector: str
+    """Label selector of its Jobs, for the message."""
+    observed: bool
+    """False while the CronJob is not observed (not applied)."""
+    last_schedule: str | None = None
+    """Its status.lastScheduleTime (RFC 3339): when it last started a Job."""
+    last_success: str | None = None
+    """Its status.lastSuccessfulTime: when a Job of it last completed successfully."""
+    running: bool = False
+    """Its status.active is not empty: a Job is under way."""
+
+
+def observed_reaper(cronjob: Mapping[str, Any] | None, *, name: str, selector: str) -> Reaper:
+    if cronjob is None:
+        return Reaper(name=name, selector=selector, observed=False)
+    found = cronjob.get("status") or {}
+
+    def when(field: str) -> str | None:
+        value = found.get(field)
+        return value if isinstance(value, str) and value else None
+
+    return Reaper(name=name, selector=selector, observed=True,
+                  last_schedule=when("lastScheduleTime"), last_success=when("lastSuccessfulTime"),
+                  running=bool(found.get("active")))
+
+
+@dataclasses.dataclass(frozen=True)
 class QueueNumbers:
     ready: int
     due: int
@@ -114,6 +148,8 @@ class Observation:
     """The workers' availability; None when not observed (Ready then ignores it)."""
     api: Api | None = None
     """The API's availability; None when spec.api is not enabled (no ApiAvailable condition)."""
+    reaper: Reaper | None = None
+    """The reaper's last runs; None when not observed (no ReaperSucceeding condition)."""
 
 
 def available_replicas(deployment: Mapping[str, Any] | None) -> int:
@@ -205,8 +241,10 @@ def _condition(type_: str, status: str, reason: str, message: str) -> dict[str, 
     return {"type": type_, "status": status, "reason": reason, "message": message}
 
 
-def conditions_for(obs: Observation) -> list[dict[str, Any]]:
-    """The conditions without timestamps (``render_status`` adds lastTransitionTime)."""
+def conditions_for(obs: Observation, previous: Sequence[Mapping[str, Any]] = ()
+                   ) -> list[dict[str, Any]]:
+    """The conditions without timestamps (``render_status`` adds lastTransitionTime);
+    ``previous`` are the conditions last written."""
     if obs.redis_error is not None:
         reachable = _condition("RedisReachable", FALSE, "ConnectionFailed", obs.redis_error)
     elif obs.numbers is not None:
@@ -248,7 +286,50 @@ def conditions_for(obs: Observation) -> list[dict[str, Any]]:
     conditions = [ready, reachable, scaling, configured]
     if obs.api is not None:
         conditions.append(_api_available(obs.api))
+    if obs.reaper is not None:
+        before = next((c for c in previous if isinstance(c, Mapping)
+                       and c.get("type") == "ReaperSucceeding"), None)
+        conditions.append(_reaper_succeeding(obs.reaper, before))
     return conditions
+
+
+_FINISHED_RUN_REASONS: Final = ("LastRunSucceeded", "LastRunFailed")
+
+
+def _reaper_succeeding(reaper: Reaper, before: Mapping[str, Any] | None) -> dict[str, Any]:
+    """From the CronJob's status alone. The CronJob controller removes a finished Job from
+    status.active and, for a success, moves lastSuccessfulTime past lastScheduleTime in the
+    same update, so a run that is not active and left lastSuccessfulTime behind did not succeed.
+    The messages hold no time that moves while nothing changes: a queue at rest writes nothing."""
+    if not reaper.observed:
+        return _condition("ReaperSucceeding", UNKNOWN, "NotApplied",
+                          f"CronJob {reaper.name} is not applied yet")
+    if reaper.last_schedule is None:
+        return _condition("ReaperSucceeding", UNKNOWN, "NotRunYet",
+                          f"CronJob {reaper.name} has not started a run yet")
+    if reaper.last_success is not None and _instant(reaper.last_success) >= _instant(
+            reaper.last_schedule):
+        return _condition("ReaperSucceeding", TRUE, "LastRunSucceeded",
+                          f"the last run of CronJob {reaper.name} succeeded")
+    if reaper.running:
+        if before is not None and before.get("reason") in _FINISHED_RUN_REASONS:
+            return _condition("ReaperSucceeding", str(before.get("status", UNKNOWN)),
+                              str(before.get("reason", "")), str(before.get("message", "")))
+        return _condition("ReaperSucceeding", UNKNOWN, "Running",
+                          f"the first run of CronJob {reaper.name} is under way")
+    return _condition(
+        "ReaperSucceeding", FALSE, "LastRunFailed",
+        f"the last run of CronJob {reaper.name} did not succeed (last success: "
+        f"{reaper.last_success or 'never'}); expired leases wait for a worker's own reaper; "
+        f"see kubectl logs -l {reaper.selector}")
+
+
+def _instant(text: str) -> datetime.datetime:
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:  # not a time: the API server never writes one, so it counts as long ago
+        moment = datetime.datetime.min
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
 
 
 def _api_available(api: Api) -> dict[str, Any]:
@@ -322,7 +403,8 @@ def render_status(obs: Observation, *, previous: Mapping[str, Any], now: str) ->
     if last_scale:
         status["lastScaleTime"] = last_scale
     status["conditions"] = _with_transitions(
-        conditions_for(obs), previous.get("conditions") or [], now=now, generation=obs.generation)
+        conditions_for(obs, previous.get("conditions") or []), previous.get("conditions") or [],
+        now=now, generation=obs.generation)
     return status
 
 

@@ -75,6 +75,58 @@ def test_the_api_has_a_condition_of_its_own(api: status.Api | None,
     assert found["Ready"][:2] == ("True", "WorkersAvailable")
 
 
+def cronjob_status(**found: Any) -> dict[str, Any]:
+    return {"kind": "CronJob", "status": found}
+
+
+def reaper_seen(found: dict[str, Any] | None) -> status.Reaper:
+    return status.observed_reaper(found, name="q-reaper", selector="q=r")
+
+
+def test_the_reaper_condition_follows_the_cronjobs_runs() -> None:
+    """A reaper that fails (a wrong image, a Redis it cannot reach) is shown, and one run under
+    way neither flaps the condition nor writes the status: only finished runs move it."""
+    t = [f"2030-01-01T00:0{minute}:00Z" for minute in range(6)]
+    runs = [
+        (None, ("Unknown", "NotApplied")),
+        (cronjob_status(), ("Unknown", "NotRunYet")),
+        (cronjob_status(lastScheduleTime=t[0], active=[{"name": "j0"}]), ("Unknown", "Running")),
+        (cronjob_status(lastScheduleTime=t[0], lastSuccessfulTime="2030-01-01T00:00:04Z"),
+         ("True", "LastRunSucceeded")),
+        (cronjob_status(lastScheduleTime=t[1], lastSuccessfulTime="2030-01-01T00:00:04Z",
+                        active=[{"name": "j1"}]), ("True", "LastRunSucceeded")),
+        (cronjob_status(lastScheduleTime=t[1], lastSuccessfulTime="2030-01-01T00:00:04Z"),
+         ("False", "LastRunFailed")),
+        (cronjob_status(lastScheduleTime=t[2], lastSuccessfulTime="2030-01-01T00:00:04Z",
+                        active=[{"name": "j2"}]), ("False", "LastRunFailed")),
+        (cronjob_status(lastScheduleTime=t[2], lastSuccessfulTime="2030-01-01T00:00:04Z"),
+         ("False", "LastRunFailed")),
+        (cronjob_status(lastScheduleTime=t[3], lastSuccessfulTime="2030-01-01T00:03:05Z"),
+         ("True", "LastRunSucceeded")),
+    ]
+    previous: dict[str, Any] = {}
+    writes = 0
+    for step, (found, expected) in enumerate(runs):
+        obs = dataclasses.replace(OK, reaper=reaper_seen(found))
+        doc = status.render_status(obs, previous=previous, now=t[step % len(t)])
+        [got] = [c for c in doc["conditions"] if c["type"] == "ReaperSucceeding"]
+        assert (got["status"], got["reason"]) == expected, step
+        writes += status.status_patch(doc, previous) is not None
+        previous = doc
+    # The first status, then a write per change of the condition: none for a run starting, nor
+    # for a second failure in a row.
+    assert writes == 6
+    failed = status.conditions_for(dataclasses.replace(OK, reaper=reaper_seen(runs[5][0])))[-1]
+    assert failed["message"] == (
+        "the last run of CronJob q-reaper did not succeed (last success: "
+        "2030-01-01T00:00:04Z); expired leases wait for a worker's own reaper; "
+        "see kubectl logs -l q=r")
+    never = status.conditions_for(dataclasses.replace(OK, reaper=reaper_seen(
+        cronjob_status(lastScheduleTime=t[0]))))[-1]
+    assert never["status"] == "False" and "(last success: never)" in never["message"]
+    assert "ReaperSucceeding" not in conditions(OK)
+
+
 def test_render_status_fields() -> None:
     doc = status.render_status(OK, previous={}, now="2030-01-01T00:00:00Z")
     assert doc["observedGeneration"] == 3
