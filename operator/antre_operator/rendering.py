@@ -358,7 +358,10 @@ def _dashboard_args(api: spec.ApiSpec) -> list[str]:
     """``antre api`` serves the dashboard (read-only on request) under /ui of the same port."""
     if not api.dashboard:
         return []
-    return ["--dashboard-read-only" if api.dashboard_read_only else "--dashboard"]
+    args = ["--dashboard-read-only" if api.dashboard_read_only else "--dashboard"]
+    if api.dashboard_trusted_proxies:
+        args += ["--dashboard-trusted-proxies", ",".join(api.dashboard_trusted_proxies)]
+    return args
 
 
 def render_api_service(jq: spec.JobQueueSpec, owner_uid: str) -> Manifest:

@@ -14,6 +14,7 @@ its :class:`ScalingPolicy`.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -178,6 +179,9 @@ class ApiSpec:
     """spec.api.dashboard.enabled: the web dashboard under /ui, signed in with the API token."""
     dashboard_read_only: bool = False
     """spec.api.dashboard.readOnly: the dashboard shows everything and changes nothing."""
+    dashboard_trusted_proxies: tuple[str, ...] = ()
+    """spec.api.dashboard.trustedProxies: the reverse proxies whose X-Forwarded-For the
+    sign-in throttle believes."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -567,7 +571,25 @@ def _parse_api(spec: Mapping[str, Any]) -> ApiSpec:
         resources=_mapping(section, "resources", path) or settings.DEFAULT_API_RESOURCES,
         dashboard=_bool(dashboard, "enabled", f"{path}.dashboard", default=False),
         dashboard_read_only=_bool(dashboard, "readOnly", f"{path}.dashboard", default=False),
+        dashboard_trusted_proxies=_networks(dashboard, "trustedProxies", f"{path}.dashboard"),
     )
+
+
+def _networks(section: Mapping[str, Any], key: str, path: str) -> tuple[str, ...]:
+    """A list of IP addresses or CIDR ranges, each as ``ipaddress`` writes it."""
+    value = section.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise InvalidSpec(f"{path}.{key}", value, "must be a list")
+    networks = []
+    for index, item in enumerate(value):
+        try:
+            networks.append(str(ipaddress.ip_network(item, strict=False)))
+        except (TypeError, ValueError):
+            raise InvalidSpec(f"{path}.{key}[{index}]", item,
+                              "must be an IP address or a CIDR range (10.0.0.0/8)") from None
+    return tuple(networks)
 
 
 def parse_jobqueue(*, name: str, namespace: str, spec: Mapping[str, Any]) -> JobQueueSpec:

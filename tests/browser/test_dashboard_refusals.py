@@ -117,6 +117,34 @@ def test_wrong_tokens_are_throttled(api: Api) -> None:
     assert late.status_code == 429 and int(late.headers["Retry-After"]) > 0
 
 
+def _sign_in_answers(api: Api, tokens: list[str], forwarded_for: str) -> list[int]:
+    session = requests.Session()
+    csrf = re.search(r'name="csrf" value="([^"]+)"', session.get(api.ui("/login"), timeout=10).text)
+    assert csrf
+    return [session.post(api.ui("/login"), data={"csrf": csrf.group(1), "token": token,
+                                                 "next": "/ui/"},
+                         headers={"X-Forwarded-For": forwarded_for}, allow_redirects=False,
+                         timeout=10).status_code for token in tokens]
+
+
+def test_behind_a_trusted_proxy_wrong_tokens_count_per_client(start_api: Any) -> None:
+    """Behind an Ingress every request comes from the proxy: one visitor's wrong tokens must not
+    lock every operator out. Named as a trusted proxy, the proxy's X-Forwarded-For says who is
+    who; a client's own entries (left of the proxy's) change nothing."""
+    api = start_api("--dashboard-trusted-proxies", "127.0.0.0/8")
+    guesses = [f"guess-{i}" for i in range(10)]
+    assert _sign_in_answers(api, [*guesses, TOKEN], "203.0.113.7") == [401] * 10 + [429]
+    assert _sign_in_answers(api, [TOKEN], "1.2.3.4, 203.0.113.7") == [429]  # invented on the left
+    assert _sign_in_answers(api, [TOKEN], "198.51.100.2") == [303]  # another operator
+
+
+def test_from_anyone_else_the_header_is_ignored(api: Api) -> None:
+    """Without trusted proxies an X-Forwarded-For is the client's own word: a new one per
+    request must not buy new guesses."""
+    assert _sign_in_answers(api, [f"guess-{i}" for i in range(10)], "203.0.113.7") == [401] * 10
+    assert _sign_in_answers(api, [TOKEN], "198.51.100.2") == [429]
+
+
 def test_without_a_token_no_sign_in_but_still_csrf(page: Page, context: BrowserContext,
                                                    start_api: Any, queue: Queue,
                                                    redis_client: redis.Redis) -> None:

@@ -168,6 +168,10 @@ def test_api_children() -> None:
     pytest.param({"enabled": True}, ["--dashboard"], id="on"),
     pytest.param({"enabled": True, "readOnly": True}, ["--dashboard-read-only"], id="read-only"),
     pytest.param({"readOnly": True}, [], id="read-only-but-off"),
+    pytest.param({"enabled": True, "trustedProxies": ["10.244.0.0/16", "fd00::1"]},
+                 ["--dashboard", "--dashboard-trusted-proxies", "10.244.0.0/16,fd00::1/128"],
+                 id="trusted-proxies"),
+    pytest.param({"trustedProxies": ["10.244.0.0/16"]}, [], id="trusted-proxies-but-off"),
 ])
 def test_api_dashboard_flags(dashboard: dict[str, Any], args: list[str]) -> None:
     jq = parse(sample(MINIMAL, api={"enabled": True, "tokenSecretRef": {"name": "tok"},

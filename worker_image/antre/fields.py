@@ -213,7 +213,13 @@ def check_value(entry: Entry, value: Any, *, label: str | None = None) -> None:
         raise errors.InvalidArgument(f"{label or entry.label}: got {value!r}; must be "
                                      f"{allowed(entry)}")
     if value is not None and entry.spec.validate is not None:
-        entry.spec.validate(value)
+        try:
+            entry.spec.validate(value)
+        except errors.InvalidArgument as exc:  # worded for the setting: name the option instead
+            message = str(exc)
+            if label is None or not message.startswith(entry.label + ":"):
+                raise
+            raise errors.InvalidArgument(label + message[len(entry.label):]) from None
 
 
 def check(instance: Any) -> None:
@@ -253,7 +259,7 @@ def dest(item: Entry) -> str:
 
 
 def default_text(item: Entry) -> str:
-    if item.default is None or item.default is dataclasses.MISSING:
+    if item.default is None or item.default is dataclasses.MISSING or item.default == "":
         return "none"
     return _number_text(item.default) if isinstance(item.default, int | float) else str(item.default)
 

@@ -25,7 +25,7 @@ import redis
 from aiohttp import web
 
 from antre import errors
-from antre.dashboard import sessions
+from antre.dashboard import forwarded, sessions
 from antre.dashboard.state import SESSION, Dashboard, PageError, dashboard_of
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -200,7 +200,8 @@ async def login(request: web.Request) -> web.StreamResponse:
                             dashboard.url("/"))
     if dashboard.token is None:
         raise web.HTTPSeeOther(next_path)
-    client = request.remote or "?"
+    client = forwarded.client_address(request.remote, request.headers.getall("X-Forwarded-For", []),
+                                      dashboard.trusted_proxies)
     wait_s = dashboard.throttle.retry_after_s(client)
     if wait_s > 0:
         response = _login_form(dashboard, request, next_path=next_path, status=429,

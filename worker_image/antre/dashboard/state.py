@@ -22,7 +22,7 @@ from aiohttp import web
 
 from antre import __version__, errors, fields, keys, queue_registry, settings, snapshots
 from antre.client import AsyncQueue
-from antre.dashboard import live, reading, sessions, views
+from antre.dashboard import forwarded, live, reading, sessions, views
 from antre.fields import setting
 from antre.findings import Snapshot, Thresholds
 from antre.jobs import JobStatus
@@ -54,6 +54,12 @@ class DashboardSettings:
     max_streams: int = setting(
         100, env="ANTRE_DASHBOARD_MAX_STREAMS", flag="--dashboard-max-streams", minimum=1,
         maximum=10_000, help="live tabs served at once per API process; more get 503")
+    trusted_proxies: str = setting(
+        "", env="ANTRE_DASHBOARD_TRUSTED_PROXIES", flag="--dashboard-trusted-proxies",
+        validate=forwarded.proxy_networks,
+        help="comma-separated addresses or CIDR ranges of the reverse proxies in front of the "
+             "API (an Ingress controller's pods): the sign-in throttle then counts wrong tokens "
+             "per client address from their X-Forwarded-For, instead of per proxy")
 
     def __post_init__(self) -> None:
         fields.check(self)
@@ -108,6 +114,7 @@ class Dashboard:
         self.login_signer = sessions.SessionSigner(
             hashlib.sha256(b"login form|" + key).digest(), ttl_s=3600)
         self.throttle = sessions.LoginThrottle()
+        self.trusted_proxies = forwarded.proxy_networks(dashboard_settings.trusted_proxies)
         self.static = _static_files()
         self.static_version = hashlib.sha256(
             b"".join(self.static[name] for name in sorted(self.static))).hexdigest()[:12]
