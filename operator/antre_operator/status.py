@@ -16,8 +16,8 @@ Conditions (positive polarity, like Deployments'):
 * ``RedisConfigured``: maxmemory-policy is ``noeviction`` (False is a warning: jobs may be lost);
 * ``ApiAvailable`` (only with ``spec.api.enabled``): an API pod is available, from the API
   Deployment's own status (``Ready`` speaks for the workers only);
-* ``ReaperSucceeding``: the reaper CronJob's last finished run succeeded, from the CronJob's own
-  status (while a run is under way, the condition stays what the run before it left).
+* ``ReaperSucceeding``: False while the reaper CronJob's last finished run failed, from the
+  CronJob's own status (a run under way leaves the condition as it was).
 """
 
 from __future__ import annotations
@@ -82,13 +82,11 @@ class Api:
 
 @dataclasses.dataclass(frozen=True)
 class Reaper:
-    """The reaper CronJob as last observed."""
+    """The reaper CronJob as last observed (no run yet while it is not observed)."""
 
     name: str
     selector: str
     """Label selector of its Jobs, for the message."""
-    observed: bool
-    """False while the CronJob is not observed (not applied)."""
     last_schedule: str | None = None
     """Its status.lastScheduleTime (RFC 3339): when it last started a Job."""
     last_success: str | None = None
@@ -98,15 +96,13 @@ class Reaper:
 
 
 def observed_reaper(cronjob: Mapping[str, Any] | None, *, name: str, selector: str) -> Reaper:
-    if cronjob is None:
-        return Reaper(name=name, selector=selector, observed=False)
-    found = cronjob.get("status") or {}
+    found = (cronjob or {}).get("status") or {}
 
     def when(field: str) -> str | None:
         value = found.get(field)
         return value if isinstance(value, str) and value else None
 
-    return Reaper(name=name, selector=selector, observed=True,
+    return Reaper(name=name, selector=selector,
                   last_schedule=when("lastScheduleTime"), last_success=when("lastSuccessfulTime"),
                   running=bool(found.get("active")))
 
@@ -149,7 +145,7 @@ class Observation:
     api: Api | None = None
     """The API's availability; None when spec.api is not enabled (no ApiAvailable condition)."""
     reaper: Reaper | None = None
-    """The reaper's last runs; None when not observed (no ReaperSucceeding condition)."""
+    """The reaper's last runs; None when not read (a spec refused): no ReaperSucceeding."""
 
 
 def available_replicas(deployment: Mapping[str, Any] | None) -> int:
@@ -293,30 +289,19 @@ def conditions_for(obs: Observation, previous: Sequence[Mapping[str, Any]] = ()
     return conditions
 
 
-_FINISHED_RUN_REASONS: Final = ("LastRunSucceeded", "LastRunFailed")
-
-
 def _reaper_succeeding(reaper: Reaper, before: Mapping[str, Any] | None) -> dict[str, Any]:
     """From the CronJob's status alone. The CronJob controller removes a finished Job from
     status.active and, for a success, moves lastSuccessfulTime past lastScheduleTime in the
     same update, so a run that is not active and left lastSuccessfulTime behind did not succeed.
-    The messages hold no time that moves while nothing changes: a queue at rest writes nothing."""
-    if not reaper.observed:
-        return _condition("ReaperSucceeding", UNKNOWN, "NotApplied",
-                          f"CronJob {reaper.name} is not applied yet")
-    if reaper.last_schedule is None:
-        return _condition("ReaperSucceeding", UNKNOWN, "NotRunYet",
-                          f"CronJob {reaper.name} has not started a run yet")
-    if reaper.last_success is not None and _instant(reaper.last_success) >= _instant(
-            reaper.last_schedule):
-        return _condition("ReaperSucceeding", TRUE, "LastRunSucceeded",
-                          f"the last run of CronJob {reaper.name} succeeded")
-    if reaper.running:
-        if before is not None and before.get("reason") in _FINISHED_RUN_REASONS:
-            return _condition("ReaperSucceeding", str(before.get("status", UNKNOWN)),
-                              str(before.get("reason", "")), str(before.get("message", "")))
-        return _condition("ReaperSucceeding", UNKNOWN, "Running",
-                          f"the first run of CronJob {reaper.name} is under way")
+    Only a failure, and the success that ends it, change the condition: runs that succeed (the
+    first included), and runs under way, leave it as it was, so a queue at rest writes nothing."""
+    succeeded = reaper.last_success is not None and reaper.last_schedule is not None and (
+        _instant(reaper.last_success) >= _instant(reaper.last_schedule))
+    still_failing = reaper.running and before is not None and before.get("status") == FALSE
+    if (reaper.last_schedule is None or succeeded or reaper.running) and not still_failing:
+        return _condition("ReaperSucceeding", TRUE, "NoFailedRun",
+                          f"no finished run of CronJob {reaper.name} has failed since its last "
+                          f"success")
     return _condition(
         "ReaperSucceeding", FALSE, "LastRunFailed",
         f"the last run of CronJob {reaper.name} did not succeed (last success: "

@@ -24,6 +24,7 @@ deleting a namespace.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import time
@@ -318,6 +319,35 @@ def test_an_api_that_does_not_start_is_in_the_status(served: Served) -> None:
     cluster.wait_for("jobqueue", "with-api", ns, timeout_s=SETTLE_S, what="no ApiAvailable",
                      until=lambda jq: condition(jq, "ApiAvailable") is None)
     cluster.kubectl("delete", "jq", "with-api", "-n", ns, "--wait=true")
+
+
+def test_a_reaper_whose_last_run_failed_is_in_the_status(served: Served) -> None:
+    """ReaperSucceeding follows the reaper CronJob's status through the operator's watch. The
+    CronJob is suspended, so the cronjob controller leaves its status alone, and the status is
+    written here as that controller writes it after a run whose pods all failed (a real failing
+    run is in the unit test's sequence; here it is the watch and the write that are tested)."""
+    cluster, ns = served.cluster, served.namespace
+    cluster.apply(jobqueue("reaped-badly", reaper={"suspend": True},
+                           autoscaling={"enabled": False}, replicas=0), namespace=ns)
+    served.wait_child("cronjob", "reaped-badly-reaper")
+    served.wait_condition("reaped-badly", "ReaperSucceeding", "True")
+
+    def reaper_status(**found: str) -> None:
+        cluster.kubectl("patch", "cronjob", "reaped-badly-reaper", "-n", ns,
+                        "--subresource=status", "--type=merge", "-p",
+                        json.dumps({"status": found}))
+
+    reaper_status(lastScheduleTime="2030-01-01T00:01:00Z",
+                  lastSuccessfulTime="2030-01-01T00:00:04Z")
+    jq = served.wait_condition("reaped-badly", "ReaperSucceeding", "False")
+    [reaper] = [c for c in jq["status"]["conditions"] if c["type"] == "ReaperSucceeding"]
+    assert reaper["reason"] == "LastRunFailed"
+    assert reaper["message"].startswith(
+        "the last run of CronJob reaped-badly-reaper did not succeed (last success: "
+        "2030-01-01T00:00:04Z)"), reaper["message"]
+    reaper_status(lastSuccessfulTime="2030-01-01T00:01:07Z")
+    served.wait_condition("reaped-badly", "ReaperSucceeding", "True")
+    cluster.kubectl("delete", "jq", "reaped-badly", "-n", ns, "--wait=true")
 
 
 def test_deleting_the_namespace_takes_its_jobqueues_along(served: Served) -> None:
