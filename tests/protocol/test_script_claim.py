@@ -245,3 +245,54 @@ def test_a_worker_silent_for_a_whole_lease_is_leased_nothing(redis_client, qs, w
         # Another worker, or this one once its beat lands, takes them.
         assert [j.id for j in claim(redis_client, qs, ws, worker="w2").jobs] == ["due", "a"]
     assert_invariants(redis_client, qs)
+
+
+def claim_as(r, qs, ws, claim_id, max_jobs=2):
+    return scripts.run(r, claim_op(qs, ws, worker_id="w1", max_jobs=max_jobs, claim_id=claim_id))
+
+
+def test_a_claim_sent_again_answers_its_first_leases_and_leases_nothing_more(redis_client, qs,
+                                                                           ws):
+    """A claim whose reply is lost (the connection dropped) is sent again with the same id: it
+    must give the worker the jobs the first sending leased, not strand them until their leases
+    expire (and spend an attempt, the last one dead-lettering a job that never ran)."""
+    for job_id in ("a", "b", "c", "d"):
+        seed_job(redis_client, qs, job_id, resource_key="res-a" if job_id == "a" else None)
+    first = claim_as(redis_client, qs, ws, "k1")
+    assert [j.id for j in first.jobs] == ["a", "b"] and first.replayed_claimed_at_ms is None
+    before = dump(redis_client, qs)
+
+    again = claim_as(redis_client, qs, ws, "k1")
+    assert again.jobs == first.jobs  # ids, leases, payloads, claimed_at: the same runs
+    assert again.replayed_claimed_at_ms == first.now_ms
+    assert dump(redis_client, qs) == before, "a replay writes nothing"
+
+    # What the worker no longer holds is not answered: settled, or its lock taken.
+    scripts.run(redis_client, fail_op(qs, (first.jobs[1].id, first.jobs[1].lease), error="x",
+                                      retry_delay_ms=None, worker_id="w1"))
+    assert [j.id for j in claim_as(redis_client, qs, ws, "k1").jobs] == ["a"]
+    redis_client.set(qs.keys.resource_lock("res-a"), "z:1")
+    assert claim_as(redis_client, qs, ws, "k1").jobs == []
+    redis_client.set(qs.keys.resource_lock("res-a"), f"a:{first.jobs[0].lease}")
+    # A new claim id is a new claim.
+    assert [j.id for j in claim_as(redis_client, qs, ws, "k2").jobs] == ["c", "d"]
+    assert_invariants(redis_client, qs)
+
+
+def test_a_replayed_claim_answers_nothing_once_its_leases_have_expired(redis_client, qs, ws):
+    seed_job(redis_client, qs, "a")
+    [job] = claim_as(redis_client, qs, ws, "k1").jobs
+    assert 0 < redis_client.pttl(qs.keys.last_claim("w1")) <= ws.lease_ms
+    redis_client.zadd(qs.keys.processing, {"a": server_ms(redis_client) - 1})  # deadline passed
+    assert claim_as(redis_client, qs, ws, "k1").jobs == []
+    assert read_record(redis_client, qs, "a")["lease"] == str(job.lease)  # nothing changed
+
+
+def test_a_claim_without_an_id_keeps_no_record(redis_client, qs, ws):
+    """Callers of earlier versions (or other languages) send no claim id: served as before."""
+    seed_job(redis_client, qs, "a")
+    assert len(scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs) == 1
+    assert not redis_client.exists(qs.keys.last_claim("w1"))
+    seed_job(redis_client, qs, "b")
+    assert [j.id for j in claim_as(redis_client, qs, ws, "k1", max_jobs=1).jobs] == ["b"]
+    assert redis_client.get(qs.keys.last_claim("w1")).startswith("k1|")

@@ -15,9 +15,11 @@ import pytest
 from antre import AsyncQueue, Queue
 from antre.connection import connect_async
 from antre.handlers import HandlerRegistry
-from antre.settings import QueueSettings
+from antre.protocol.claim import claim_op
+from antre.settings import QueueSettings, WorkerSettings
 from invariants import assert_invariants, read_record, read_records
 from redis_servers import running_redis
+from reply_cutter import ReplyCutter
 from worker_harness import eventually, running_worker, status_of
 
 
@@ -294,3 +296,68 @@ async def test_no_warning_with_noeviction(redis_client, aredis, qs, caplog):
     async with running_worker(aredis, qs, registry) as worker:
         await eventually(lambda: worker.in_flight == 0 and redis_client.exists(qs.keys.worker("w1")))
     assert not [r for r in caplog.records if "maxmemory-policy" in r.getMessage()]
+
+
+@pytest.mark.parametrize("claim_path", ["idle wait", "direct"])
+async def test_a_claim_whose_reply_is_lost_is_answered_again(redis_client, redis_url, qs, caplog,
+                                                              claim_path):
+    """The connection drops after Redis ran a claim and before its reply arrived (a reset at the
+    worst moment). Before, the job stayed leased to this worker, which knew nothing of it,
+    until the lease expired (a minute here): the attempt was spent, and on a job's last attempt
+    it went to the dead letters without ever running. The worker now sends the claim again with
+    its id, and Redis answers the leases the first sending made."""
+    caplog.set_level(logging.INFO, logger="antre.worker")
+    registry = HandlerRegistry()
+    ran: list[tuple[str, int]] = []
+
+    @registry.handler("t")
+    async def record(job):
+        ran.append((job.id, job.attempt))
+
+    queue = Queue(redis_client, settings=qs)
+    redis_port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    claim_sha = claim_op(qs, WorkerSettings(), worker_id="w1", max_jobs=1).script.sha.encode()
+    async with ReplyCutter(redis_port) as cutter:
+        client = connect_async(cutter.url)
+        try:
+            async with running_worker(client, qs, registry, visibility_timeout_s=60,
+                                      concurrency=1):
+                await eventually(lambda: redis_client.zscore(qs.keys.workers, "w1"),
+                                 message="the first beat")
+                if claim_path == "direct":
+                    # The worker is busy: its next claim is sent straight away once the slot
+                    # frees, with the job already queued.
+                    blocker = asyncio.Event()
+
+                    @registry.handler("block")
+                    async def block(job):
+                        await blocker.wait()
+
+                    queue.enqueue("block")
+                    await eventually(lambda: redis_client.zcard(qs.keys.processing) == 1,
+                                     message="the blocking job running")
+                    job_id = queue.enqueue("t").job_id
+                    cutter.hold_replies_after(claim_sha)
+                    blocker.set()
+                else:
+                    waits = int(redis_client.info("commandstats").get(
+                        "cmdstat_blmove", {}).get("calls", 0))
+                    await eventually(lambda: int(redis_client.info("commandstats").get(
+                        "cmdstat_blmove", {}).get("calls", 0)) > waits, message="an idle wait")
+                    cutter.hold_replies_after(claim_sha)
+                    await asyncio.wait_for(cutter.holding.wait(), 5)  # the next idle wait
+                    job_id = queue.enqueue("t").job_id
+                await asyncio.wait_for(cutter.holding.wait(), 5)
+                await eventually(lambda: status_of(redis_client, qs, job_id) == "processing",
+                                 message="the claim ran in Redis")
+                cutter.cut()
+                await eventually(lambda: status_of(redis_client, qs, job_id) == "done",
+                                 timeout_s=10, message="the job run within seconds, not a lease")
+        finally:
+            await client.aclose()
+    assert (job_id, 1) in ran
+    events = [e.event for e in queue.get(job_id).history if e.event != "extended"]
+    assert events == ["enqueued", "claimed", "acked"]
+    assert any(r.getMessage() == "a claim's reply was lost; Redis answered its leases again"
+               for r in caplog.records)
+    assert_invariants(redis_client, qs)

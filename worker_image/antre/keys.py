@@ -169,6 +169,11 @@ class QueueKeys:
     def worker(self, worker_id: str) -> str:
         return self.worker_prefix + worker_id
 
+    def last_claim(self, worker_id: str) -> str:
+        """The worker's last claim that leased jobs, kept for a lease: a claim sent again after
+        its reply was lost answers those leases instead of stranding them."""
+        return self.base + "claim:" + worker_id
+
     def scan_pattern(self) -> str:
         """A SCAN MATCH pattern for every key of this queue (braces are glob-safe here)."""
         return self.prefix + ":[{]" + self.queue_name + "[}]:*"

@@ -35,6 +35,7 @@ from antre.prefetch import PrefetchSizer, jobs_to_claim
 from antre.protocol import scripts
 from antre.protocol.checkpoint import checkpoint_op
 from antre.protocol.claim import ClaimResult, claim_op
+from antre.protocol.scripts import Op
 from antre.reaper import Reaper
 from antre.runs import Run
 from antre.settings import QueueSettings, WorkerSettings
@@ -252,13 +253,18 @@ class Worker:
     async def _claim_loop(self) -> None:
         outages = 0
         wait_s: float | None = None  # set while the queue is empty: the next claim blocks first
+        # A claim that failed is sent again as it was, with its claim id: if it ran and only
+        # its reply was lost, Redis answers its leases again instead of leasing more.
+        resend: Op[ClaimResult] | None = None
         while not self._stopping.is_set():
             wanted = self._wanted()
-            if wanted <= 0:
+            if wanted <= 0 and resend is None:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
-            op = claim_op(self.queue, self.settings, worker_id=self.worker_id, max_jobs=wanted)
+            op = resend or claim_op(self.queue, self.settings, worker_id=self.worker_id,
+                                    max_jobs=wanted, claim_id=secrets.token_hex(8))
+            resend = None
             try:
                 # Never cancelled mid-call: a claim whose reply is lost would strand its jobs
                 # until their leases expire (a stop interrupts the idle wait instead).
@@ -285,10 +291,16 @@ class Worker:
                 continue
             except Exception as exc:  # an outage, or Redis refusing (LOADING, READONLY...)
                 outages += 1
+                resend = op
                 await self.outages.wait("claim", exc, outages)
                 continue
             finally:
                 wait_s = None
+            if result.replayed_claimed_at_ms is not None and result.now_ms is not None:
+                # The leases began at the first sending: count from there (Redis's clock alone).
+                claim_sent_at -= max(result.now_ms - result.replayed_claimed_at_ms, 0) / 1000
+                log.info("a claim's reply was lost; Redis answered its leases again",
+                         extra={"worker_id": self.worker_id, "jobs": len(result.jobs)})
             if outages:
                 log.info("redis reachable again", extra={"worker_id": self.worker_id})
                 outages = 0

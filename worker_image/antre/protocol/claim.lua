@@ -8,6 +8,8 @@
 -- KEYS[6] -> <prefix>:{Q}:queued      (Hash, id -> packed record of a job enqueued and not
 --            claimed yet; the claim turns the field into the job's Hash)
 -- KEYS[7] -> <prefix>:{Q}:workers     (ZSET, worker id -> last beat ms; read only)
+-- KEYS[8] -> <prefix>:{Q}:claim:<worker id> (String, optional: the worker's last claim that
+--            leased jobs, '<claim id>|<claimed at ms>|<id>|<lease>|...', kept for a lease)
 -- Undeclared keys, all under the same {Q} hash tag, so Cluster-safe: the job hashes
 -- <prefix>:{Q}:job:<id> (a popped id's record is its queued field, or else its Hash: a job
 -- requeued, retried or replayed, or written by an older version or a foreign producer),
@@ -21,13 +23,18 @@
 -- ARGV[8] -> lock_defer_ms (how long a job waits when its resource is busy)
 -- ARGV[9] -> lock_max_deferrals (after that many waits the job goes to dead)
 -- ARGV[10] -> done_ttl_ms (how long a finished record is kept)
+-- ARGV[11] -> claim id (optional, with KEYS[8]): a claim sent again with the id of the worker's
+--             last claim (its reply was lost) leases nothing new: it answers that claim's
+--             leases the worker still holds
 -- Returns: {0, -1, now_ms, 1} when the worker's last beat (KEYS[7]) is older than lease_ms:
 --          nothing is promoted, popped or written; else {0, next_due_ms or -1, now_ms} when
 --          nothing was popped, else
 --          {1, n_duplicates, next_due_ms or -1 (only read when nothing was leased), now_ms,
 --           then 3 values per duplicate settled without running: id, type, idempotency_key;
 --           then 10 values per leased job: id, type, payload, attempt, max_attempts, lease,
---           idempotency_key, resource_key, created_at, headers}
+--           idempotency_key, resource_key, created_at, headers};
+--          {2, claimed_at_ms, now_ms, then 10 values per job as above} for a claim sent again:
+--          the leases of the first sending still held (status, lease, worker, deadline, lock)
 -- Errors: none of its own. Ids whose record vanished or is no longer queued (a cancelled job
 --         left in the list) are dropped; a queued record without a type or with unreadable
 --         counters is dead-lettered ('malformed record'), never thrown on, because a runtime
@@ -47,6 +54,35 @@ local now = now_ms()
 -- (not in KEYS[7]) is served as before.
 local last_beat = tonumber(redis.call('ZSCORE', workers_key, worker))
 if last_beat and now - last_beat > lease_ms then return {0, -1, now, 1} end
+
+local claim_key, claim_id = KEYS[8], ARGV[11]
+if claim_key and claim_id then
+  local last = redis.call('GET', claim_key)
+  if last and string.sub(last, 1, #claim_id + 1) == claim_id .. '|' then
+    -- The same claim again: its first sending ran, its reply was lost. Answer what it leased.
+    local parts = {}
+    for part in string.gmatch(string.sub(last, #claim_id + 2), '[^|]+') do
+      parts[#parts + 1] = part
+    end
+    local claimed_at, ids, leases = tonumber(parts[1]), {}, {}
+    for i = 2, #parts - 1, 2 do
+      ids[#ids + 1], leases[#leases + 1] = parts[i], parts[i + 1]
+    end
+    local reply = {2, claimed_at, now}
+    local deadlines = zmscore_all(processing_key, ids)
+    for j, id in ipairs(ids) do
+      local f = read_fields(job_prefix .. id, 'status', 'lease', 'worker', 'resource_key',
+        'type', 'payload', 'attempt', 'max_attempts', 'idempotency_key', 'created_at', 'headers')
+      if lease_held(f, id, leases[j], worker, deadlines[j], now, lock_prefix) then
+        for _, value in ipairs({id, f[5], f[6], f[7], f[8], f[2], f[9] or '', f[4] or '',
+            f[10], f[11] or ''}) do
+          reply[#reply + 1] = value
+        end
+      end
+    end
+    return reply
+  end
+end
 
 promote_due(ready_key, retry_key, queued_key, job_prefix, now, promote_limit)
 
@@ -216,6 +252,16 @@ local next_due = -1
 if #result == 0 then
   local head = redis.call('ZRANGE', retry_key, 0, 0, 'WITHSCORES')
   if head[2] then next_due = tonumber(head[2]) end
+end
+-- Remembered for a lease (when they have all expired, a replay would answer nothing), so a
+-- claim sent again after a lost reply gets these leases instead of stranding them.
+if claim_key and claim_id and #result > 0 then
+  local record = {claim_id, now}
+  for i = 1, #result, 10 do
+    record[#record + 1] = result[i]          -- id
+    record[#record + 1] = result[i + 5]      -- lease
+  end
+  redis.call('SET', claim_key, table.concat(record, '|'), 'PX', lease_ms)
 end
 local reply = {1, #dups / 3, next_due, now}
 for _, value in ipairs(dups) do reply[#reply + 1] = value end
