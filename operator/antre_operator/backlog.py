@@ -19,9 +19,8 @@ from urllib.parse import parse_qsl, urlsplit
 import antre
 import redis.exceptions
 from antre import connection, redis_checks
-from antre.jobs import JobInfo
 
-from antre_operator import spec, status
+from antre_operator import reply_cap, spec, status
 
 T = TypeVar("T")
 
@@ -51,10 +50,11 @@ NO_REDIS_MESSAGE: Final = (
     "no Redis answered (the connection was refused, timed out or closed, the server does not "
     "speak Redis or TLS as the URL says, or it refused the credentials; the operator's log has "
     "the cause)")
-#: Failures before Redis answered as Redis: one message for all of them.
+#: Failures before Redis answered as Redis: one message for all of them. The last four are a
+#: reply of a shape no Redis running antre's scripts gives (another server, or a hostile one).
 _NO_REDIS: Final = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                     redis.exceptions.InvalidResponse, antre.RedisUnavailable, OSError,
-                    TimeoutError)
+                    TimeoutError, IndexError, KeyError, TypeError, ValueError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +100,10 @@ class QueueReader:
     def _ensure(self) -> antre.AsyncQueue:
         if self._queue is None:
             try:
-                self._client = connection.connect_async(self.url)
+                # redis-py's cluster client takes no parser of a caller's (README: Limits).
+                capped = ({} if connection.is_cluster_url(self.url)
+                          else {"parser_class": reply_cap.CappedHiredisParser})
+                self._client = connection.connect_async(self.url, **capped)
             except antre.InvalidArgument as exc:
                 message = self._scrub(str(exc))
                 raise RedisReadError(message, detail=message) from None
@@ -151,15 +154,16 @@ class QueueReader:
                 by_pod[entry.pod] += max(entry.in_flight, 0)
             return by_pod
         pod_of = {entry.worker_id: entry.pod for entry in registry}
+        # The worker field alone: a job in flight is a Hash, and its payload may be large.
         pipe = queue.redis.pipeline(transaction=False)
         for job_id in ids:
-            pipe.hgetall(queue.keys.job(job_id))
-        records = await self._call(pipe.execute()) if ids else []
-        for job_id, fields in zip(ids, records, strict=True):
-            if fields:  # acked and deleted meanwhile: in flight no more
-                pod = pod_of.get(JobInfo.from_hash({**fields, "id": job_id}).worker or "")
-                if pod is not None:
-                    by_pod[pod] += 1
+            pipe.hget(queue.keys.job(job_id), "worker")
+        holders = await self._call(pipe.execute(raise_on_error=False)) if ids else []
+        for holder in holders:
+            # Settled meanwhile (None), or packed as done (a String: WRONGTYPE): in flight no more.
+            pod = pod_of.get(holder) if isinstance(holder, str) else None
+            if pod is not None:
+                by_pod[pod] += 1
         return by_pod
 
     async def eviction_warning(self) -> str | None:

@@ -21,7 +21,7 @@ from antre.protocol import scripts
 from antre.protocol.claim import claim_op
 from antre.protocol.extend_lease import extend_lease_op
 from antre.settings import QueueSettings, WorkerSettings
-from antre_operator import backlog
+from antre_operator import backlog, reply_cap
 from redis_servers import free_port, running_redis, script_calls
 
 
@@ -130,10 +130,10 @@ async def fake_server(answer: bytes | None) -> AsyncIterator[int]:
         server.close()
 
 
-async def read_error(port: int) -> backlog.RedisReadError:
+async def read_error(port: int, timeout_s: float = 0.5) -> backlog.RedisReadError:
     """What reading a queue at 127.0.0.1:``port`` raises."""
     reader = backlog.QueueReader(f"redis://127.0.0.1:{port}/0", queue="q", prefix="antre",
-                                 timeout_s=0.5)
+                                 timeout_s=timeout_s)
     try:
         with pytest.raises(backlog.RedisReadError) as info:
             await reader.read()
@@ -170,3 +170,67 @@ async def test_a_closed_port_reads_like_a_foreign_server() -> None:
     error = await read_error(port)
     assert str(error) == f"redis://127.0.0.1:{port}/0: {backlog.NO_REDIS_MESSAGE}"
     assert "Error 111" in error.detail, error.detail  # the log has the cause
+
+
+@contextlib.asynccontextmanager
+async def flooding_server(reply_bytes: int) -> AsyncIterator[tuple[int, list[int]]]:
+    """A server that speaks Redis for the handshake (HELLO, CLIENT), then answers any other
+    command with one bulk string of ``reply_bytes``, sent as long as its client reads. Yields
+    its port and a list that receives the bytes it managed to send."""
+    sent: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while True:
+                count = int((await reader.readline())[1:])
+                words = []
+                for _ in range(count):
+                    size = int((await reader.readline())[1:])
+                    words.append((await reader.readexactly(size + 2))[:-2].upper())
+                if words[0] == b"HELLO":
+                    writer.write(b"%3\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n"
+                                 b"$5\r\n7.0.0\r\n$5\r\nproto\r\n:3\r\n")
+                elif words[0] == b"PING":
+                    writer.write(b"+PONG\r\n")
+                elif words[0] in (b"CLIENT", b"SELECT"):
+                    writer.write(b"+OK\r\n")
+                else:
+                    writer.write(b"$%d\r\n" % reply_bytes)
+                    chunk, left = b"0" * (1 << 20), reply_bytes
+                    while left > 0:
+                        writer.write(chunk[:left])
+                        left -= len(chunk)
+                        await writer.drain()
+                        sent.append(len(chunk[:left + len(chunk)]))
+                    writer.write(b"\r\n")
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1], sent
+    finally:
+        server.close()
+
+
+async def test_a_reply_larger_than_any_queue_needs_is_not_read() -> None:
+    """One operator serves every JobQueue: a Redis a JobQueue names (its author's own server)
+    must not be able to fill the operator's memory by answering the depth read with hundreds of
+    megabytes. The read stops at MAX_REPLY_BYTES and fails like any answer that is not Redis's."""
+    flood = 200 * 1024 * 1024
+    async with flooding_server(flood) as (port, sent):
+        error = await read_error(port, timeout_s=30)
+        assert backlog.NO_REDIS_MESSAGE in str(error)
+        assert "longer than" in error.detail
+        # What the server got out before the connection was dropped: the cap, plus what the
+        # kernel's socket buffers hold (a few MB on loopback), far from the whole reply.
+        await asyncio.sleep(0)
+        assert sum(sent) < reply_cap.MAX_REPLY_BYTES + 24 * 1024 * 1024 < flood
+
+
+async def test_a_reply_of_the_wrong_shape_reads_as_no_redis() -> None:
+    """A server that passes the handshake and answers the depth script with a string: the
+    same words as any other server that is not Redis, not a traceback of the parser."""
+    async with flooding_server(10) as (port, _):
+        error = await read_error(port)
+    assert backlog.NO_REDIS_MESSAGE in str(error)
