@@ -54,6 +54,9 @@ def build_machine(r):
             self.jobs: dict[str, Model] = {}
             self.markers: dict[str, str] = {}  # idempotency key -> job id
             self.payloads: dict[str, int] = {}  # idempotency key -> the payload it was used for
+            #: The last claim that leased jobs: its id, and the leases it made.
+            self.last_claim: tuple[str, dict[str, int]] | None = None
+            self.claims = 0
 
         def ids(self, *statuses):
             return sorted(i for i, m in self.jobs.items() if m.status in statuses)
@@ -114,7 +117,12 @@ def build_machine(r):
         def claim(self, max_jobs):
             runnable = set(self.ids("queued")) | {i for i in self.ids("retrying") if self.jobs[i].due}
             tombstones = self.tombstones()
-            result = scripts.run(r, claim_op(QS, WS, worker_id="w", max_jobs=max_jobs))
+            self.claims += 1
+            claim_id = f"claim-{self.claims}"
+            result = scripts.run(r, claim_op(QS, WS, worker_id="w", max_jobs=max_jobs,
+                                             claim_id=claim_id))
+            if result.jobs:
+                self.last_claim = (claim_id, {job.id: job.lease for job in result.jobs})
             dropped = tombstones - self.tombstones()
             assert len(result.jobs) + dropped == min(max_jobs, len(runnable) + tombstones)
             for job in result.jobs:
@@ -125,6 +133,20 @@ def build_machine(r):
             for job_id in runnable - {j.id for j in result.jobs}:
                 if self.jobs[job_id].status == "retrying":
                     self.jobs[job_id].status = "queued"  # promoted to the ready list
+
+        @precondition(lambda self: self.last_claim is not None)
+        @rule()
+        def claim_sent_again(self):
+            """The last claim's reply was lost: sent again, it answers its own leases that are
+            still held, and changes nothing (the model's statuses, attempts and depths)."""
+            assert self.last_claim is not None
+            claim_id, leases = self.last_claim
+            result = scripts.run(r, claim_op(QS, WS, worker_id="w", max_jobs=3,
+                                             claim_id=claim_id))
+            assert result.replayed_claimed_at_ms is not None
+            assert {job.id: job.lease for job in result.jobs} == {
+                job_id: lease for job_id, lease in leases.items()
+                if self.jobs[job_id].status == "processing" and self.jobs[job_id].lease == lease}
 
         @precondition(lambda self: self.ids("processing"))
         @rule(data=st.data(), stale=st.booleans())
