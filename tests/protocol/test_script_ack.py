@@ -8,6 +8,7 @@ from antre.client import Queue
 from antre.protocol import scripts
 from antre.protocol.ack import ack_op
 from antre.protocol.claim import claim_op
+from antre.protocol.fail import fail_op
 from antre.settings import QueueSettings
 from invariants import assert_invariants, read_record
 from protocol_state import dump, run_fresh, seed_job, server_ms
@@ -164,3 +165,59 @@ def test_the_done_key_keeps_its_digest(redis_client, ws, done_ttl_s):
     assert queue.enqueue("t", {"n": 1}, idempotency_key="k").created is False
     with pytest.raises(errors.IdempotencyConflict):
         queue.enqueue("t", {"n": 2}, idempotency_key="k")
+
+
+def test_the_ack_that_frees_a_resource_wakes_the_job_waiting_longest(redis_client, qs, ws):
+    """Jobs deferred for a busy resource used to wait for their re-check (lock_defer_s) even
+    when the run holding it ended at once: a line of short jobs on one resource ran about one
+    per lock_defer_s. The ack that frees the lock now puts the longest-waiting job at the head
+    of the queue; the others keep their place and their re-check."""
+    claim = claim_op(qs, ws, worker_id="w1", max_jobs=1)
+    seed_job(redis_client, qs, "a", resource_key="acct")
+    [a] = scripts.run(redis_client, claim).jobs
+    for job_id in ("b", "c", "d"):
+        seed_job(redis_client, qs, job_id, resource_key="acct")
+        assert scripts.run(redis_client, claim).jobs == []  # deferred: a holds acct
+    assert redis_client.zrange(qs.keys.waiting_prefix + "acct", 0, -1) == ["b", "c", "d"]
+    Queue(redis_client, settings=qs).cancel("b")  # no longer waits: passed over
+
+    assert scripts.run(redis_client, ack_op(qs, [(a.id, a.lease)], worker_id="w1")).held == [True]
+    assert redis_client.lrange(qs.keys.ready, -1, -1) == ["c"]  # the head of the line
+    assert read_record(redis_client, qs, "c")["status"] == "queued"
+    assert redis_client.zscore(qs.keys.retry, "c") is None
+    assert read_record(redis_client, qs, "d")["status"] == "scheduled"
+    assert redis_client.zscore(qs.keys.retry, "d") is not None
+    assert_invariants(redis_client, qs)
+
+    [c] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=3)).jobs
+    assert (c.id, c.attempt) == ("c", 1)
+    assert scripts.run(redis_client, ack_op(qs, [(c.id, c.lease)], worker_id="w1")).held == [True]
+    [d] = scripts.run(redis_client, claim).jobs
+    assert d.id == "d"
+    assert redis_client.zrange(qs.keys.waiting_prefix + "acct", 0, -1) == ["d"]  # running now
+    scripts.run(redis_client, ack_op(qs, [(d.id, d.lease)], worker_id="w1"))
+    assert not redis_client.exists(qs.keys.waiting_prefix + "acct")
+    assert_invariants(redis_client, qs)
+
+
+def test_a_waiter_retrying_after_a_failure_keeps_its_backoff(redis_client, qs, ws):
+    """Only a job deferred for the resource is woken: one that ran since and now waits out the
+    backoff of a failure is left where it is."""
+    claim = claim_op(qs, ws, worker_id="w1", max_jobs=1)
+    seed_job(redis_client, qs, "a", resource_key="acct")
+    [a] = scripts.run(redis_client, claim).jobs
+    seed_job(redis_client, qs, "b", resource_key="acct")
+    assert scripts.run(redis_client, claim).jobs == []
+    # a finishes, b runs and fails with a minute's backoff; a new job takes the resource.
+    scripts.run(redis_client, ack_op(qs, [(a.id, a.lease)], worker_id="w1"))
+    [b] = scripts.run(redis_client, claim).jobs
+    scripts.run(redis_client, fail_op(qs, (b.id, b.lease), error="x", retry_delay_ms=60_000,
+                                      worker_id="w1"))
+    seed_job(redis_client, qs, "e", resource_key="acct")
+    [e] = scripts.run(redis_client, claim).jobs
+    redis_client.zadd(qs.keys.waiting_prefix + "acct", {"b": 0})  # a stale entry at the front
+    scripts.run(redis_client, ack_op(qs, [(e.id, e.lease)], worker_id="w1"))
+    assert read_record(redis_client, qs, "b")["status"] == "retrying"
+    assert redis_client.zscore(qs.keys.retry, "b") > server_ms(redis_client) + 50_000
+    assert redis_client.lrange(qs.keys.ready, 0, -1) == []
+    assert_invariants(redis_client, qs)

@@ -154,16 +154,23 @@ async def test_graceful_stop_releases_unfinished_jobs_to_another_worker(redis_cl
     assert_invariants(redis_client, qs)
 
 
-async def test_jobs_on_one_resource_never_overlap(redis_client, aredis, qs):
-    registry = HandlerRegistry()
-    spans = []
+def recorded_runs(registry: HandlerRegistry, job_type: str, seconds: float) -> list[tuple]:
+    """Registers a handler for ``job_type`` that sleeps ``seconds``; returns the list it fills
+    with (start, end, payload) per run."""
+    spans: list[tuple] = []
 
-    @registry.handler("touch")
-    async def touch(job):
+    @registry.handler(job_type)
+    async def run(job):
         start = time.monotonic()
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(seconds)
         spans.append((start, time.monotonic(), job.payload))
 
+    return spans
+
+
+async def test_jobs_on_one_resource_never_overlap(redis_client, aredis, qs):
+    registry = HandlerRegistry()
+    spans = recorded_runs(registry, "touch", 0.05)
     queue = Queue(redis_client, settings=qs)
     jobs = [{"type": "touch", "payload": i, "resource_key": "acct-1"} for i in range(5)]
     jobs.append({"type": "touch", "payload": "other", "resource_key": "acct-2"})
@@ -178,6 +185,25 @@ async def test_jobs_on_one_resource_never_overlap(redis_client, aredis, qs):
                for key in redis_client.scan_iter(match=qs.keys.scan_pattern()[:-1] + "job:*")]
     for record in read_records(redis_client, qs, job_ids):
         assert record["attempt"] == "1"  # waiting spent no attempt
+    assert_invariants(redis_client, qs)
+
+
+async def test_a_line_of_jobs_on_one_resource_runs_back_to_back(redis_client, aredis, qs):
+    """Each job waiting for the resource used to wait out its re-check (lock_defer_s, 1 s here)
+    even when the run ahead of it took 20 ms: ten such jobs took about ten seconds. The ack
+    that frees the lock wakes the next one, so they run back to back, in their order."""
+    registry = HandlerRegistry()
+    spans = recorded_runs(registry, "sync", 0.02)
+    queue = Queue(redis_client, settings=qs)
+    async with running_worker(aredis, qs, registry, concurrency=10, lock_defer_s=1.0):
+        queue.enqueue_many([{"type": "sync", "payload": i, "resource_key": "acct-1"}
+                            for i in range(10)])
+        await eventually(lambda: len(spans) == 10, timeout_s=15)
+    gaps = [start - end for (_, end, _), (start, _, _) in itertools.pairwise(spans)]
+    assert min(gaps) >= 0, f"overlap on acct-1: {spans}"
+    assert max(gaps) < 0.5, f"a job waited for its re-check: gaps {gaps}"
+    assert queue.stats().counters.get("lock_deferred", 0) >= 9
+    assert [payload for _, _, payload in spans] == list(range(10))
     assert_invariants(redis_client, qs)
 
 

@@ -154,6 +154,12 @@ class QueueKeys:
         return self.base + "lock:"
 
     @property
+    def waiting_prefix(self) -> str:
+        """``waiting_prefix + resource``: the jobs deferred for that busy resource (ZSET, id ->
+        first deferral), the longest-waiting woken by the ack that frees its lock."""
+        return self.base + "waiting:"
+
+    @property
     def worker_prefix(self) -> str:
         return self.base + "worker:"
 

@@ -464,6 +464,26 @@ end
 
 local function zrem_all(key, members) call_in_chunks('ZREM', key, members) end
 
+-- A run that held a resource succeeded and freed its lock: the job that has waited longest for
+-- that resource (claim.lua records deferred jobs in waiting:<resource>, ordered by their first
+-- deferral) goes to the head of the queue now instead of at its next re-check. One job: only
+-- one can take the lock, the others keep their place and their re-check. Entries of jobs that
+-- no longer wait there (running, ran, cancelled, retrying after a failure) are dropped.
+local function wake_next_waiter(waiting_key, ready_key, retry_key, job_prefix, now)
+  while true do
+    local id = redis.call('ZRANGE', waiting_key, 0, 0)[1]
+    if not id then return end
+    local job_key = job_prefix .. id
+    if redis.pcall('HGET', job_key, 'status') == 'scheduled'
+        and redis.call('ZREM', retry_key, id) == 1 then
+      redis.call('HSET', job_key, 'status', 'queued', 'queued_at', now)
+      redis.call('RPUSH', ready_key, id)
+      return
+    end
+    redis.call('ZREM', waiting_key, id)
+  end
+end
+
 -- Moves due ids from the retry ZSET to the head of the ready list, earliest due first. A job
 -- delayed at enqueue is still a field of the queued Hash, whose status follows from where its
 -- id is: moving the id is all it needs.

@@ -11,6 +11,9 @@
 -- ARGV[6] -> worker id (the claimer's: part of the fence, with the lease token)
 -- ARGV[7] -> stub_ttl_ms: with done_ttl_ms 0, how long the stub lives (the worker's retry window)
 -- ARGV[8..] -> pairs: job id, lease token
+-- KEYS[5] -> <prefix>:{Q}:retry (ZSET; optional): with it, ARGV[8] is the waiting key prefix
+--            (claim.lua) and the pairs start at ARGV[9]; a run that freed a resource lock wakes
+--            the job that has waited longest for that resource (wake_next_waiter)
 -- Returns: {now_ms, then one integer per pair}: 1 acked. That includes an ack retried after its
 --          reply was lost (the job is already done with this lease), and a late ack of a last
 --          attempt whose lease had expired: the run finished, so the job ends done, not dead.
@@ -24,13 +27,15 @@ local processing_key, stats_key, ready_key, dead_key = KEYS[1], KEYS[2], KEYS[3]
 local done_ttl_ms, idem_done_ttl_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local job_prefix, idem_prefix, lock_prefix, worker = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local stub_ttl_ms = tonumber(ARGV[7])
+local retry_key, waiting_prefix, first_pair = KEYS[5], nil, 8
+if retry_key then waiting_prefix, first_pair = ARGV[8], 9 end
 local now = now_ms()
 -- The same lease twice in one call is one ack: each pair is settled once, and a repeat gets
 -- the answer of its first occurrence (slots: where a pair's answer goes in the reply).
 local reply, ids, leases, slots = {now}, {}, {}, {}
 local first_slot, repeats = {}, {}
-for i = 8, #ARGV, 2 do
-  local slot, pair = (i - 8) / 2 + 2, ARGV[i] .. '|' .. ARGV[i + 1]
+for i = first_pair, #ARGV, 2 do
+  local slot, pair = (i - first_pair) / 2 + 2, ARGV[i] .. '|' .. ARGV[i + 1]
   if first_slot[pair] then
     repeats[slot] = first_slot[pair]
   else
@@ -145,8 +150,13 @@ local done, requeued = #settled, 0
 for _, record in ipairs(settled) do
   local id, lease, f, fields = record[2], record[3], record[4], record[5]
   settle_done(id, lease, f, nil, fields)
-  -- lease_held found the lock to be this run's: free it.
-  if f[4] then redis.call('DEL', lock_prefix .. f[4]) end
+  -- lease_held found the lock to be this run's: free it, and let the next job on it run.
+  if f[4] then
+    redis.call('DEL', lock_prefix .. f[4])
+    if waiting_prefix then
+      wake_next_waiter(waiting_prefix .. f[4], ready_key, retry_key, job_prefix, now)
+    end
+  end
 end
 for _, record in ipairs(expired) do
   local slot, id, lease, f, fields = record[1], record[2], record[3], record[4], record[5]

@@ -33,10 +33,10 @@ def ack_op(settings: QueueSettings, leases: Sequence[Lease], *, worker_id: str,
 
     return Op(
         load("ack"),
-        [k.processing, k.stats, k.ready, k.dead],
+        [k.processing, k.stats, k.ready, k.dead, k.retry],
         [int(settings.done_ttl_s * 1000), int(settings.idempotency_done_ttl_s * 1000),
          k.job_prefix, k.idempotency_prefix, k.lock_prefix, worker_id, max(retry_window_ms, 1),
-         *lease_args(leases)],
+         k.waiting_prefix, *lease_args(leases)],
         parse,
         durable=Durability.of(settings),  # a lost ack would run the job again
     )

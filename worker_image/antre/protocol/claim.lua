@@ -23,9 +23,12 @@
 -- ARGV[8] -> lock_defer_ms (how long a job waits when its resource is busy)
 -- ARGV[9] -> lock_max_deferrals (after that many waits the job goes to dead)
 -- ARGV[10] -> done_ttl_ms (how long a finished record is kept)
--- ARGV[11] -> claim id (optional, with KEYS[8]): a claim sent again with the id of the worker's
---             last claim (its reply was lost) leases nothing new: it answers that claim's
---             leases the worker still holds
+-- ARGV[11] -> claim id (optional, with KEYS[8]; '' for none): a claim sent again with the id of
+--             the worker's last claim (its reply was lost) leases nothing new: it answers that
+--             claim's leases the worker still holds
+-- ARGV[12] -> waiting key prefix (optional): a job deferred for a busy resource is recorded in
+--             <prefix>:{Q}:waiting:<resource> (ZSET, id -> first deferral: ms * 1000 + its order
+--             in the call), where the ack that frees the lock finds it (wake_next_waiter)
 -- Returns: {0, -1, now_ms, 1} when the worker's last beat (KEYS[7]) is older than lease_ms:
 --          nothing is promoted, popped or written; else {0, next_due_ms or -1, now_ms} when
 --          nothing was popped, else
@@ -55,7 +58,8 @@ local now = now_ms()
 local last_beat = tonumber(redis.call('ZSCORE', workers_key, worker))
 if last_beat and now - last_beat > lease_ms then return {0, -1, now, 1} end
 
-local claim_key, claim_id = KEYS[8], ARGV[11]
+local claim_key, claim_id, waiting_prefix = KEYS[8], ARGV[11], ARGV[12]
+if claim_id == '' then claim_id = nil end
 if claim_key and claim_id then
   local last = redis.call('GET', claim_key)
   if last and string.sub(last, 1, #claim_id + 1) == claim_id .. '|' then
@@ -236,6 +240,13 @@ for i, id in ipairs(ids) do
           'updated_at', now, 'queued_at', now + lock_defer_ms, 'events', n, hfield, hvalue)
         redis.call('ZADD', retry_key, now + lock_defer_ms, id)
         deferred = deferred + 1
+        if waiting_prefix then
+          -- Its place in line is its first deferral (ms, then its order in this call: at most
+          -- MAX_JOBS_PER_CALL, so below 1,000); the record outlives the re-check a bit.
+          local waiting_key = waiting_prefix .. resource
+          redis.call('ZADD', waiting_key, 'NX', now * 1000 + deferred, id)
+          redis.call('PEXPIRE', waiting_key, 3 * lock_defer_ms + 1000)
+        end
       end
     end
   end

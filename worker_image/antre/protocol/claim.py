@@ -74,19 +74,16 @@ def claim_op(settings: QueueSettings, worker_settings: WorkerSettings, *, worker
     instead of leasing more, and none is stranded until it expires."""
     k = settings.keys
     max_jobs = min(max_jobs, scripts.MAX_JOBS_PER_CALL)
-    keys = [k.ready, k.processing, k.retry, k.stats, k.dead, k.queued, k.workers]
-    args: list[scripts.ScriptArg] = [
-        max_jobs, worker_settings.lease_ms, worker_id, k.job_prefix, k.idempotency_prefix,
-        k.lock_prefix, PROMOTE_LIMIT, int(worker_settings.lock_defer_s * 1000),
-        worker_settings.lock_max_deferrals, int(settings.done_ttl_s * 1000),
-    ]
-    if claim_id is not None:
-        keys.append(k.last_claim(worker_id))
-        args.append(claim_id)
     return Op(
         load("claim"),
-        keys,
-        args,
+        [k.ready, k.processing, k.retry, k.stats, k.dead, k.queued, k.workers,
+         k.last_claim(worker_id)],
+        [
+            max_jobs, worker_settings.lease_ms, worker_id, k.job_prefix, k.idempotency_prefix,
+            k.lock_prefix, PROMOTE_LIMIT, int(worker_settings.lock_defer_s * 1000),
+            worker_settings.lock_max_deferrals, int(settings.done_ttl_s * 1000),
+            claim_id or "", k.waiting_prefix,
+        ],
         _parse,
         # A claim lost in a failover would let the new primary lease the job (or its resource)
         # again while this run goes on: durable claims are confirmed before a handler starts.
