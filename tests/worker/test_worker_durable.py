@@ -18,9 +18,13 @@ import pytest
 import redis
 from antre import Queue, QueueSettings
 from antre.connection import connect_async
+from antre.errors import NotReplicated
 from antre.handlers import HandlerRegistry
+from antre.protocol import scripts
+from antre.protocol.claim import claim_op
+from antre.settings import WorkerSettings
 from invariants import assert_invariants
-from redis_servers import RedisServer, replicated_redis
+from redis_servers import RedisServer, replicated_redis, wait_until
 from worker_harness import eventually, running_worker, status_of
 
 #: The tests' producer writes without waiting for the replica (the worker is under test).
@@ -135,3 +139,36 @@ async def test_an_unconfirmed_ack_is_sent_again_until_confirmed(
         await eventually(lambda: worker.succeeded == 1, message="the ack confirmed")
     assert worker.in_flight == 0
     assert_invariants(primary, qs)
+
+
+def test_a_claim_sent_again_is_confirmed_only_once_its_first_sending_is(
+        replicated: tuple[RedisServer, RedisServer], primary: redis.Redis) -> None:
+    """A claim whose reply was lost is sent again on another connection: its answer must not
+    be trusted before the replica has the leases it answers (a failover could lease the job to
+    another worker while this one runs it). WAIT guarantees only the connection's own earlier
+    writes, so the replay writes its record's expiry again; the Redis 7.0 of this suite counts
+    from the server's offset and would hold it back even without that write."""
+    qs = QueueSettings(name="dw", durable_replicas=1, durable_timeout_s=0.2)
+    job_id = Queue(primary, settings=PRODUCER).enqueue("t").job_id
+    claim = claim_op(qs, WorkerSettings(), worker_id="w1", max_jobs=1, claim_id="k1")
+    stop(replicated[1])
+    try:
+        with pytest.raises(NotReplicated):
+            scripts.run(primary, claim)
+        with (redis.Redis(port=replicated[0].port, decode_responses=True) as other,
+              pytest.raises(NotReplicated) as info):
+            scripts.run(other, claim)
+        assert info.value.result.replayed_claimed_at_ms is not None
+        assert [job.id for job in info.value.result.jobs] == [job_id]
+    finally:
+        resume(replicated[1])
+
+    def confirmed() -> Any:  # the replica catches up once it runs again
+        with redis.Redis(port=replicated[0].port, decode_responses=True) as other:
+            try:
+                return scripts.run(other, claim)
+            except NotReplicated:
+                return None
+
+    again = wait_until(confirmed, timeout_s=10, message="the replay confirmed by the replica")
+    assert [job.id for job in again.jobs] == [job_id] and again.replayed_claimed_at_ms

@@ -37,7 +37,8 @@
 --           then 10 values per leased job: id, type, payload, attempt, max_attempts, lease,
 --           idempotency_key, resource_key, created_at, headers};
 --          {2, claimed_at_ms, now_ms, then 10 values per job as above} for a claim sent again:
---          the leases of the first sending still held (status, lease, worker, deadline, lock)
+--          the leases of the first sending still held (status, lease, worker, deadline, lock);
+--          it writes only the claim record's own expiry again, for WAIT (durable claims)
 -- Errors: none of its own. Ids whose record vanished or is no longer queued (a cancelled job
 --         left in the list) are dropped; a queued record without a type or with unreadable
 --         counters is dead-lettered ('malformed record'), never thrown on, because a runtime
@@ -73,6 +74,11 @@ if claim_key and claim_id then
       ids[#ids + 1], leases[#leases + 1] = parts[i], parts[i + 1]
     end
     local reply = {2, claimed_at, now}
+    -- A write, though nothing changes: a durable claim's WAIT counts the replicas that have
+    -- this connection's last write, and the replication stream is in order, so this one
+    -- confirms the first sending's writes too (a replay that wrote nothing would be confirmed
+    -- by the replicas before they had the leases it answers).
+    redis.call('PEXPIRE', claim_key, math.max(redis.call('PTTL', claim_key), 1))
     local deadlines = zmscore_all(processing_key, ids)
     for j, id in ipairs(ids) do
       local f = read_fields(job_prefix .. id, 'status', 'lease', 'worker', 'resource_key',
