@@ -112,11 +112,12 @@ class QueueReader:
 
     async def _call(self, awaitable: Awaitable[T]) -> T:
         where = connection.redact(self.url)
+        read = reply_cap.budget()  # every reply of this call counts against one cap
         try:
             return await asyncio.wait_for(awaitable, timeout=self.timeout_s)
         except _NO_REDIS as exc:
             detail = (f"no answer within {self.timeout_s:g}s" if isinstance(exc, TimeoutError)
-                      else str(exc) or type(exc).__name__)
+                      else f"{type(exc).__name__}: {exc}")
             raise RedisReadError(f"{where}: {NO_REDIS_MESSAGE}",
                                  detail=self._scrub(f"{where}: {detail}")) from None
         except (antre.AntreError, redis.exceptions.RedisError) as exc:
@@ -125,6 +126,8 @@ class QueueReader:
                 f"{where}: Redis refused the command"
                 + (f" ({code.group(0)})" if code else ""),
                 detail=self._scrub(f"{where}: {exc}")) from None
+        finally:
+            reply_cap.end(read)
 
     async def read(self) -> Reading:
         """Depth in one round trip."""

@@ -173,10 +173,12 @@ async def test_a_closed_port_reads_like_a_foreign_server() -> None:
 
 
 @contextlib.asynccontextmanager
-async def flooding_server(reply_bytes: int) -> AsyncIterator[tuple[int, list[int]]]:
-    """A server that speaks Redis for the handshake (HELLO, CLIENT), then answers any other
-    command with one bulk string of ``reply_bytes``, sent as long as its client reads. Yields
-    its port and a list that receives the bytes it managed to send."""
+async def flooding_server(reply_bytes: int, answers: dict[bytes, bytes] | None = None,
+                          ) -> AsyncIterator[tuple[int, list[int]]]:
+    """A server that speaks Redis for the handshake (HELLO, CLIENT), answers the commands of
+    ``answers`` as given, then any other command with one bulk string of ``reply_bytes``, sent
+    as long as its client reads. Yields its port and a list that receives the bytes it managed
+    to send."""
     sent: list[int] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -194,6 +196,8 @@ async def flooding_server(reply_bytes: int) -> AsyncIterator[tuple[int, list[int
                     writer.write(b"+PONG\r\n")
                 elif words[0] in (b"CLIENT", b"SELECT"):
                     writer.write(b"+OK\r\n")
+                elif words[0] in (answers or {}):
+                    writer.write((answers or {})[words[0]])
                 else:
                     writer.write(b"$%d\r\n" % reply_bytes)
                     chunk, left = b"0" * (1 << 20), reply_bytes
@@ -234,3 +238,22 @@ async def test_a_reply_of_the_wrong_shape_reads_as_no_redis() -> None:
     async with flooding_server(10) as (port, _):
         error = await read_error(port)
     assert backlog.NO_REDIS_MESSAGE in str(error)
+
+
+async def test_a_thousand_replies_share_the_cap_of_one_read() -> None:
+    """The pods of the jobs in flight are found with one pipeline of up to 1,001 HGETs: each
+    reply under the cap, a thousand of them far over it. The replies of one read share it."""
+    ids = b"*10\r\n" + b"".join(b"$2\r\nj%d\r\n" % i for i in range(10))
+    no_workers = b"*3\r\n:1\r\n:0\r\n:-2\r\n"  # workers.lua: the registry is empty
+    each = 7 * 1024 * 1024
+    async with flooding_server(each, {b"EVALSHA": no_workers, b"ZRANGE": ids}) as (port, sent):
+        reader = backlog.QueueReader(f"redis://127.0.0.1:{port}/0", queue="q", prefix="antre",
+                                     timeout_s=30)
+        try:
+            with pytest.raises(backlog.RedisReadError) as info:
+                await reader.jobs_in_flight_by_pod()
+        finally:
+            await reader.close()
+        assert "longer than" in info.value.detail
+        await asyncio.sleep(0)
+        assert sum(sent) < reply_cap.MAX_REPLY_BYTES + 24 * 1024 * 1024 < 10 * each
