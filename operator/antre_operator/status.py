@@ -292,9 +292,10 @@ def conditions_for(obs: Observation, previous: Sequence[Mapping[str, Any]] = ()
 def _reaper_succeeding(reaper: Reaper, before: Mapping[str, Any] | None) -> dict[str, Any]:
     """From the CronJob's status alone. The CronJob controller removes a finished Job from
     status.active and, for a success, moves lastSuccessfulTime past lastScheduleTime in the
-    same status update (syncCronJob in pkg/controller/cronjob/cronjob_controllerv2.go), so a run that is not active and left lastSuccessfulTime behind did not succeed.
-    Only a failure, and the success that ends it, change the condition: runs that succeed (the
-    first included), and runs under way, leave it as it was, so a queue at rest writes nothing."""
+    same status update (syncCronJob in pkg/controller/cronjob/cronjob_controllerv2.go), so a
+    run that is not active and left lastSuccessfulTime behind did not succeed. Only a failure
+    and the success that ends it change the condition: runs that succeed (the first included)
+    and runs under way leave it as it was, so a queue at rest writes nothing."""
     succeeded = reaper.last_success is not None and reaper.last_schedule is not None and (
         _instant(reaper.last_success) >= _instant(reaper.last_schedule))
     still_failing = reaper.running and before is not None and before.get("status") == FALSE
