@@ -221,3 +221,25 @@ def test_a_waiter_retrying_after_a_failure_keeps_its_backoff(redis_client, qs, w
     assert redis_client.zscore(qs.keys.retry, "b") > server_ms(redis_client) + 50_000
     assert redis_client.lrange(qs.keys.ready, 0, -1) == []
     assert_invariants(redis_client, qs)
+
+
+def test_a_failure_that_frees_a_resource_wakes_the_next_job_too(redis_client, qs, ws):
+    """A failed run frees its lock as an ack does (unless it keeps it for a thread still
+    going): the job waiting for the resource runs next, the failed one after its backoff."""
+    claim = claim_op(qs, ws, worker_id="w1", max_jobs=1)
+    seed_job(redis_client, qs, "a", resource_key="acct")
+    [a] = scripts.run(redis_client, claim).jobs
+    seed_job(redis_client, qs, "b", resource_key="acct")
+    assert scripts.run(redis_client, claim).jobs == []  # deferred
+    scripts.run(redis_client, fail_op(qs, (a.id, a.lease), error="x", retry_delay_ms=60_000,
+                                      worker_id="w1"))
+    assert redis_client.lrange(qs.keys.ready, -1, -1) == ["b"]
+    [b] = scripts.run(redis_client, claim).jobs
+    assert b.id == "b" and read_record(redis_client, qs, "a")["status"] == "retrying"
+    # Kept for a thread still going: nothing is woken, the lock is not free.
+    seed_job(redis_client, qs, "c", resource_key="acct")
+    assert scripts.run(redis_client, claim).jobs == []
+    scripts.run(redis_client, fail_op(qs, (b.id, b.lease), error="timed out", retry_delay_ms=0,
+                                      worker_id="w1", keep_lock=True))
+    assert read_record(redis_client, qs, "c")["status"] == "scheduled"
+    assert_invariants(redis_client, qs)

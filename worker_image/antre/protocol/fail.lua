@@ -13,6 +13,9 @@
 --            extending the lock until the run returns, then frees it), else 0
 -- ARGV[8] -> 1 to give the attempt back (the run never started: its type is unknown to this
 --            worker), else 0
+-- KEYS[6] -> <prefix>:{Q}:queue (List; optional): with it, ARGV[9] is the waiting key prefix
+--            (claim.lua), and a lock this failure frees wakes the job that has waited longest
+--            for the resource (wake_next_waiter), as an ack does
 -- Returns: {'retrying', due_ms} or {'dead', died_at_ms}
 -- Errors: ANTRE_NOT_LEASE_HOLDER when the lease is not held: not the current token, the lease
 --         deadline passed (the reaper requeues the job), or the resource lock is no longer the
@@ -21,6 +24,7 @@ local processing_key, retry_key, dead_key, stats_key, job_key = KEYS[1], KEYS[2]
   KEYS[4], KEYS[5]
 local id, lease, err, delay_ms = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local worker, lock_prefix, keep_lock, refund = ARGV[5], ARGV[6], ARGV[7] == '1', ARGV[8] == '1'
+local ready_key, waiting_prefix = KEYS[6], ARGV[9]
 local now = now_ms()
 
 local f = read_fields(job_key, 'status', 'lease', 'worker', 'resource_key', 'attempt',
@@ -37,6 +41,11 @@ if keep_lock then
   extra = {'lock_kept', lease}
 else
   release_lock(lock_prefix, f[4], id .. ':' .. lease)
+  if f[4] and ready_key and waiting_prefix then
+    -- The job key is <job prefix><id>: the waiters' records share that prefix.
+    wake_next_waiter(waiting_prefix .. f[4], ready_key, retry_key,
+      string.sub(job_key, 1, #job_key - #id), now)
+  end
 end
 
 -- A record with unreadable counters cannot be retried safely: dead-letter it.

@@ -27,8 +27,9 @@ def fail_op(settings: QueueSettings, lease: Lease, *, error: str, retry_delay_ms
     job_id, token = lease
     return Op(
         load("fail"),
-        [k.processing, k.retry, k.dead, k.stats, k.job(job_id)],
+        [k.processing, k.retry, k.dead, k.stats, k.job(job_id), k.ready],
         [job_id, token, error[:4000], -1 if retry_delay_ms is None else max(retry_delay_ms, 0),
-         worker_id, k.lock_prefix, 1 if keep_lock else 0, 1 if refund_attempt else 0],
+         worker_id, k.lock_prefix, 1 if keep_lock else 0, 1 if refund_attempt else 0,
+         k.waiting_prefix],
         lambda reply: FailResult(outcome=str(reply[0]), at_ms=int(reply[1])),
     )
