@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import antre
 import pytest
@@ -100,15 +101,9 @@ async def test_eviction_policy_warning() -> None:
     "nosuchscheme://:pa/ss@127.0.0.1:{port}/0",
 ])
 async def test_errors_never_carry_the_password(url: str) -> None:
-    reader = backlog.QueueReader(url.format(port=free_port()), queue="q", prefix="antre",
-                                 timeout_s=1)
-    try:
-        with pytest.raises(backlog.RedisReadError) as info:
-            await reader.read()
-    finally:
-        await reader.close()
-    assert "pa/ss" not in str(info.value)
-    assert "ss@" not in str(info.value)
+    error = await failed_read(url.format(port=free_port()), timeout_s=1)
+    assert "pa/ss" not in str(error)
+    assert "ss@" not in str(error)
 
 
 @contextlib.asynccontextmanager
@@ -130,16 +125,22 @@ async def fake_server(answer: bytes | None) -> AsyncIterator[int]:
         server.close()
 
 
-async def read_error(port: int, timeout_s: float = 0.5) -> backlog.RedisReadError:
-    """What reading a queue at 127.0.0.1:``port`` raises."""
-    reader = backlog.QueueReader(f"redis://127.0.0.1:{port}/0", queue="q", prefix="antre",
-                                 timeout_s=timeout_s)
+async def failed_read(url: str, *, timeout_s: float,
+                      read: Callable[[backlog.QueueReader], Awaitable[Any]] = backlog.QueueReader.read,
+                      ) -> backlog.RedisReadError:
+    """What ``read`` (the depth by default) of a queue at ``url`` raises."""
+    reader = backlog.QueueReader(url, queue="q", prefix="antre", timeout_s=timeout_s)
     try:
         with pytest.raises(backlog.RedisReadError) as info:
-            await reader.read()
+            await read(reader)
     finally:
         await reader.close()
     return info.value
+
+
+async def read_error(port: int, timeout_s: float = 0.5) -> backlog.RedisReadError:
+    """What reading a queue at 127.0.0.1:``port`` raises."""
+    return await failed_read(f"redis://127.0.0.1:{port}/0", timeout_s=timeout_s)
 
 
 @pytest.mark.parametrize("answer", [
@@ -247,13 +248,8 @@ async def test_a_thousand_replies_share_the_cap_of_one_read() -> None:
     no_workers = b"*3\r\n:1\r\n:0\r\n:-2\r\n"  # workers.lua: the registry is empty
     each = 7 * 1024 * 1024
     async with flooding_server(each, {b"EVALSHA": no_workers, b"ZRANGE": ids}) as (port, sent):
-        reader = backlog.QueueReader(f"redis://127.0.0.1:{port}/0", queue="q", prefix="antre",
-                                     timeout_s=30)
-        try:
-            with pytest.raises(backlog.RedisReadError) as info:
-                await reader.jobs_in_flight_by_pod()
-        finally:
-            await reader.close()
-        assert "longer than" in info.value.detail
+        error = await failed_read(f"redis://127.0.0.1:{port}/0", timeout_s=30,
+                                  read=backlog.QueueReader.jobs_in_flight_by_pod)
+        assert "longer than" in error.detail
         await asyncio.sleep(0)
         assert sum(sent) < reply_cap.MAX_REPLY_BYTES + 24 * 1024 * 1024 < 10 * each
