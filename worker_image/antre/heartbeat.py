@@ -75,9 +75,10 @@ class Heartbeat:
                 self.held.lose(job_id, token)
         # A thread that returned while this beat was on its way has had its lock freed: that
         # lock is not reported lost.
-        still_kept = set(self.threads.kept_locks())
-        for (resource_key, holder), held in zip(kept, result.kept, strict=True):
-            if not held and (resource_key, holder) in still_kept:
+        lost = [lock for lock, held in zip(kept, result.kept, strict=True) if not held]
+        still_kept = set(self.threads.kept_locks()) if lost else set()
+        for resource_key, holder in lost:
+            if (resource_key, holder) in still_kept:
                 log.warning("a resource lock kept for a running thread was taken by another job",
                             extra={"resource_key": resource_key, "holder": holder})
         if unconfirmed is not None:
