@@ -1,8 +1,9 @@
 """Loading the Lua scripts and running them with EVALSHA (EVAL on NOSCRIPT).
 
 Every ``<name>.lua`` beside this module is one state change; ``_prelude.lua`` holds the helpers
-they share and is prepended at load time. An :class:`Op` bundles a script call with the parser of
-its reply, so the sync and asyncio clients share one definition of every operation.
+they share, and the part of it a script uses is prepended at load time (:mod:`.prelude`). An
+:class:`Op` bundles a script call with the parser of its reply, so the sync and asyncio clients
+share one definition of every operation.
 
 A durable op (:class:`Durability`, from ``QueueSettings.durable_replicas``) is sent with a
 ``WAIT`` behind it in one pipeline, so both use one connection (WAIT counts the replicas that
@@ -24,6 +25,7 @@ import redis.asyncio.cluster
 import redis.cluster
 
 from antre import errors
+from antre.protocol.prelude import needed_by
 
 if TYPE_CHECKING:
     from antre.settings import QueueSettings
@@ -86,7 +88,7 @@ def load(name: str) -> Script:
     package = resources.files("antre.protocol")
     prelude = package.joinpath("_prelude.lua").read_text(encoding="utf-8")
     body = package.joinpath(f"{name}.lua").read_text(encoding="utf-8")
-    text = prelude + "\n" + body
+    text = needed_by(prelude, body) + "\n" + body
     return Script(name=name, text=text, sha=hashlib.sha1(text.encode()).hexdigest())
 
 

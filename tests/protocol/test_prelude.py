@@ -1,0 +1,75 @@
+"""Each script is loaded with the part of ``_prelude.lua`` it uses (antre/protocol/prelude.py):
+nothing it names may be missing, and what it does not name is left out."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import antre.protocol
+import pytest
+import redis
+from antre.protocol import prelude, scripts
+
+PROTOCOL = Path(antre.protocol.__file__).parent
+PRELUDE = (PROTOCOL / "_prelude.lua").read_text()
+SCRIPTS = sorted(path.stem for path in PROTOCOL.glob("*.lua") if not path.stem.startswith("_"))
+
+TOY_PRELUDE = """\
+-- header
+local function a() return 1 end
+
+-- b calls a
+local function b()
+  return a()
+end
+local C, D = {x = 1}, 2
+local function e() return C end
+-- trailing comment
+"""
+
+
+def test_the_definitions_hold_the_whole_prelude_in_order() -> None:
+    found = prelude.definitions(PRELUDE)
+    assert "\n".join(definition.text for definition in found) == PRELUDE.rstrip("\n")
+    assert found[0].names == ("now_ms",) and found[0].text.startswith("-- Shared helpers")
+
+
+def test_a_script_gets_what_it_names_and_what_that_names_in_the_preludes_order() -> None:
+    assert prelude.needed_by(TOY_PRELUDE, "return b()") == (
+        "-- header\nlocal function a() return 1 end\n\n-- b calls a\nlocal function b()\n"
+        "  return a()\nend")
+    assert prelude.needed_by(TOY_PRELUDE, "return e() + a()") == (
+        "-- header\nlocal function a() return 1 end\n"
+        "local C, D = {x = 1}, 2\nlocal function e() return C end\n-- trailing comment")
+    assert prelude.needed_by(TOY_PRELUDE, "return D") == "local C, D = {x = 1}, 2"
+
+
+def test_a_name_only_in_a_whole_line_comment_brings_nothing_and_a_string_keeps_it() -> None:
+    assert prelude.needed_by(TOY_PRELUDE, "-- calls b()\n  -- and e\nreturn 1") == ""
+    assert "local function b()" in prelude.needed_by(TOY_PRELUDE, "return 'b' -- not e")
+    assert "local function e()" in prelude.needed_by(TOY_PRELUDE, "return 'b' -- not e")
+
+
+def test_code_before_the_first_definition_is_refused() -> None:
+    with pytest.raises(ValueError, match="code before its first definition"):
+        prelude.definitions("redis.call('PING')\nlocal function a() end\n")
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_script_compiles_and_defines_each_helper_it_names(
+        redis_client: redis.Redis, name: str) -> None:
+    script = scripts.load(name)
+    assert redis_client.script_load(script.text) == script.sha  # Redis compiled it
+    words = prelude.used_words(script.text)
+    helpers = {n for definition in prelude.definitions(PRELUDE) for n in definition.names}
+    defined = set(re.findall(r"^local (?:function )?(\w+(?:\s*,\s*\w+)*)", script.text, re.M))
+    defined_names = {n.strip() for group in defined for n in group.split(",")}
+    assert (words & helpers) - defined_names == set()
+
+
+def test_a_script_that_uses_few_helpers_is_loaded_without_the_others() -> None:
+    workers = scripts.load("workers").text
+    assert "local function pack_record" not in workers
+    assert len(workers) < len(PRELUDE) / 10
+    assert "local function pack_record" in scripts.load("ack").text
