@@ -6,9 +6,12 @@ import pytest
 from antre.client import Queue
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
+from antre.protocol.enqueue import EnqueueCalls
 from antre.protocol.fail import fail_op
+from antre.settings import QueueSettings
 from invariants import assert_invariants, read_record
 from protocol_state import dump, run_fresh, seed_job, server_ms
+from registered_workers import register_worker
 
 
 def claim(r, qs, ws, *, max_jobs=10, worker="w1", fresh=False):
@@ -296,3 +299,59 @@ def test_a_claim_without_an_id_keeps_no_record(redis_client, qs, ws):
     seed_job(redis_client, qs, "b")
     assert [j.id for j in claim_as(redis_client, qs, ws, "k1", max_jobs=1).jobs] == ["b"]
     assert redis_client.get(qs.keys.last_claim("w1")).startswith("k1|")
+
+
+def enqueue_with_id(r, qs, job_id, *, delay_ms=0, resource=""):
+    """What a producer choosing its own ids sends (PROTOCOL.md "Enqueueing from another
+    language")."""
+    [op] = EnqueueCalls(qs).ops_of_encoded([[job_id, "t", "{}", 5, delay_ms, "", resource, ""]])
+    return scripts.run(r, op)
+
+
+def test_an_older_copy_of_a_reused_id_does_not_run_the_delayed_job_early(redis_client, qs, ws):
+    """Review finding: a job cancelled while queued leaves its id in the list; the same id
+    enqueued again with a delay was claimed at once from that copy, and when its delay ran out
+    the due entry made the running record `queued` again, so a second worker leased it (and
+    its resource lock) while the first still ran it. (With done_ttl 0 the cancelled record is
+    gone at once, so the id is free for a new job.)"""
+    qs = QueueSettings(name="q", done_ttl_s=0)
+    register_worker(redis_client, qs)
+    enqueue_with_id(redis_client, qs, "order-42", resource="acct")
+    Queue(redis_client, settings=qs).cancel("order-42")
+    assert redis_client.lrange(qs.keys.ready, 0, -1) == ["order-42"]
+    enqueue_with_id(redis_client, qs, "order-42", delay_ms=60_000, resource="acct")
+
+    assert claim(redis_client, qs, ws, worker="w1").jobs == []
+    assert redis_client.hexists(qs.keys.queued, "order-42")  # still waiting for its delay
+    assert redis_client.zscore(qs.keys.retry, "order-42") is not None
+    assert redis_client.lrange(qs.keys.ready, 0, -1) == []
+
+    redis_client.zadd(qs.keys.retry, {"order-42": server_ms(redis_client) - 1})  # due now
+    [job] = claim(redis_client, qs, ws, worker="w1").jobs
+    assert (job.id, job.attempt, job.lease) == ("order-42", 1, 1)
+    assert claim(redis_client, qs, ws, worker="w2").jobs == []
+    assert_invariants(redis_client, qs)
+
+
+@pytest.mark.parametrize("status", ["processing", "done"])
+def test_a_due_retry_entry_never_requeues_a_job_that_runs_or_ran(redis_client, qs, ws, status):
+    seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1, resource_key="acct")
+    if status == "done":
+        redis_client.hset(qs.keys.job("a"), "status", "done")
+        redis_client.zrem(qs.keys.processing, "a")
+    redis_client.zadd(qs.keys.retry, {"a": server_ms(redis_client) - 1})  # a stray entry
+
+    assert claim(redis_client, qs, ws, worker="w2").jobs == []
+    record = read_record(redis_client, qs, "a")
+    assert (record["status"], record["lease"], record["worker"]) == (status, "1", "w1")
+    state = dump(redis_client, qs)
+    assert state["retry"] == [] and state["ready"] == []
+
+
+def test_a_job_dead_lettered_after_its_deferrals_leaves_the_line(redis_client, qs, ws):
+    seed_job(redis_client, qs, "holder", status="processing", attempt=1, lease=1, resource_key="acct")
+    seed_job(redis_client, qs, "waiter", resource_key="acct", lock_deferrals=ws.lock_max_deferrals)
+    redis_client.zadd(qs.keys.waiting_prefix + "acct", {"waiter": 1, "other": 2})
+    claim(redis_client, qs, ws)
+    assert dump(redis_client, qs)["dead"] == ["waiter"]
+    assert redis_client.zrange(qs.keys.waiting_prefix + "acct", 0, -1) == ["other"]

@@ -468,9 +468,12 @@ local function zrem_all(key, members) call_in_chunks('ZREM', key, members) end
 -- that resource (claim.lua records deferred jobs in waiting:<resource>, ordered by their first
 -- deferral) goes to the head of the queue now instead of at its next re-check. One job: only
 -- one can take the lock, the others keep their place and their re-check. Entries of jobs that
--- no longer wait there (running, ran, cancelled, retrying after a failure) are dropped.
+-- no longer wait there (running, ran, cancelled, retrying after a failure) are dropped, at most
+-- WAKE_SCAN_LIMIT per call so that no ack waits on a long line of them (a resource held for
+-- hours while jobs for it came and went); the next call goes on where this one stopped.
+local WAKE_SCAN_LIMIT = 100
 local function wake_next_waiter(waiting_key, ready_key, retry_key, job_prefix, now)
-  while true do
+  for _ = 1, WAKE_SCAN_LIMIT do
     local id = redis.call('ZRANGE', waiting_key, 0, 0)[1]
     if not id then return end
     local job_key = job_prefix .. id
@@ -499,8 +502,12 @@ local function promote_due(ready_key, retry_key, queued_key, job_prefix, now, li
     else
       local job_key = job_prefix .. id
       -- A live job always has its record; a missing one (evicted) is dropped, not resurrected.
-      if redis.call('EXISTS', job_key) == 1 then
-        redis.pcall('HSET', job_key, 'status', 'queued', 'queued_at', now)
+      -- Only a job waiting to run is requeued: a record that runs or has finished under the
+      -- same id (reused by a producer) is left to its own lease or end, never made `queued`
+      -- again behind its lease holder's back.
+      local status = redis.pcall('HGET', job_key, 'status')
+      if status == 'scheduled' or status == 'retrying' or status == 'queued' then
+        redis.call('HSET', job_key, 'status', 'queued', 'queued_at', now)
         redis.call('RPUSH', ready_key, id)
       end
     end

@@ -139,12 +139,20 @@ for i, id in ipairs(ids) do
   local fresh = nil
   -- An id popped twice in one call is taken from its field once; the second finds its Hash.
   if type(queued_text) == 'string' and not taken[id] then
-    taken[id] = true
-    taken_ids[#taken_ids + 1] = id
     fresh = queued_record(queued_text, id)
-    f = {fresh.type, fresh.payload, fresh.attempt, fresh.max_attempts, fresh.lease,
-      fresh.idempotency_key, fresh.resource_key, fresh.created_at, fresh.headers, fresh.events,
-      fresh.status}
+    -- A job enqueued with a delay is due only once promote_due took its id out of `retry`. An
+    -- id popped while it is still there is an older copy (a job cancelled while queued leaves
+    -- its id in the list, and a producer may reuse the id): the job keeps its field and waits.
+    if fresh.queued_at and redis.call('ZSCORE', retry_key, id) then
+      fresh = nil
+      f = {}
+    else
+      taken[id] = true
+      taken_ids[#taken_ids + 1] = id
+      f = {fresh.type, fresh.payload, fresh.attempt, fresh.max_attempts, fresh.lease,
+        fresh.idempotency_key, fresh.resource_key, fresh.created_at, fresh.headers,
+        fresh.events, fresh.status}
+    end
   else
     -- pcall: a key of the wrong type must not abort the script with jobs already popped.
     f = read_fields(job_key, 'type', 'payload', 'attempt', 'max_attempts', 'lease',
@@ -239,6 +247,7 @@ for i, id in ipairs(ids) do
       if waits > lock_max_deferrals then
         refuse(job_key, id, f[10], f[3], 'resource ' .. resource .. ' stayed locked through '
           .. lock_max_deferrals .. ' deferrals')
+        if waiting_prefix then redis.call('ZREM', waiting_prefix .. resource, id) end
       else
         local n, hfield, hvalue = history_entry(f[10], 'deferred', now, f[3], worker,
           'resource ' .. resource .. ' busy')
