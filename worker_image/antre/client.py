@@ -76,23 +76,56 @@ def _dead_infos(ids: Sequence[str], records: Sequence[dict[str, str]]) -> list[J
             for job_id, fields in zip(ids, records, strict=True) if fields]
 
 
+#: Ids per replay or purge call: fewer than the scripts accept (MAX_IDS_PER_CALL), so that a
+#: call keeps Redis free for others.
+_IDS_PER_CALL = min(scripts.MAX_JOBS_PER_CALL, scripts.MAX_IDS_PER_CALL)
+
+
 def _chunks(job_ids: Sequence[str]) -> list[Sequence[str]]:
-    # Fewer than the scripts accept (MAX_IDS_PER_CALL): a call of MAX_JOBS_PER_CALL ids keeps
-    # Redis free for others.
-    size = min(scripts.MAX_JOBS_PER_CALL, scripts.MAX_IDS_PER_CALL)
-    return [job_ids[i:i + size] for i in range(0, len(job_ids), size)]
+    return [job_ids[i:i + _IDS_PER_CALL] for i in range(0, len(job_ids), _IDS_PER_CALL)]
+
+
+def _checked_ids(job_ids: Sequence[str], limit: int) -> list[Sequence[str]]:
+    """A replay's or purge's ids in calls, every id checked before the first call is sent."""
+    scripts.check_limit("limit", limit)
+    scripts.check_job_ids("ids", job_ids)
+    return _chunks(job_ids)
+
+
+def _oldest_batches(limit: int) -> list[int]:
+    """How many of the oldest dead jobs each call of a replay or purge without ids takes: the
+    ``limit`` in calls of at most _IDS_PER_CALL (the caller stops at a call that finds fewer)."""
+    scripts.check_limit("limit", limit)
+    return [min(_IDS_PER_CALL, limit - start) for start in range(0, limit, _IDS_PER_CALL)]
+
+
+def _check_page(limit: int, offset: int) -> None:
+    scripts.check_limit("limit", limit)
+    scripts.check_limit("offset", offset, low=0)
+
+
+def _check_decoding(redis_client: Any) -> None:
+    """Refuses a client that answers bytes: ids, types and payloads would come back as
+    ``b'...'`` text."""
+    get_encoder = getattr(redis_client, "get_encoder", None)
+    if get_encoder is not None and not get_encoder().decode_responses:
+        raise errors.InvalidArgument(
+            "redis_client: got a client that returns bytes; create it with "
+            "decode_responses=True, or use Queue.from_url(url)")
 
 
 class _QueueBase:
     def __init__(self, redis_client: Any, name: str | None = None, *, prefix: str | None = None,
                  settings: QueueSettings | None = None) -> None:
         if settings is None:
-            settings = QueueSettings(name=name or "default", prefix=prefix or keys.DEFAULT_PREFIX)
+            settings = QueueSettings(name="default" if name is None else name,
+                                     prefix=keys.DEFAULT_PREFIX if prefix is None else prefix)
         elif name is not None and name != settings.name:
             raise errors.InvalidArgument(
                 f"queue name: got {name!r} and settings.name {settings.name!r}; give one"
             )
         scripts.check_durable_client(redis_client, settings)
+        _check_decoding(redis_client)
         self.redis = redis_client
         self.settings = settings
         self.keys = settings.keys
@@ -200,6 +233,7 @@ class Queue(_QueueBase):
             self._registered = queue_registry.register(self.redis, self.settings.prefix, self.name)
 
     def get(self, job_id: str) -> JobInfo:
+        scripts.check_job_ids("job_id", [job_id])
         return _job_info(job_id, self._run(records_op(self.settings, [job_id]))[0])
 
     def stats(self) -> Depth:
@@ -219,6 +253,7 @@ class Queue(_QueueBase):
     def dead_letters(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
         """Dead jobs, newest first. Every record is shown, fields that cannot be decoded as
         they are stored (see :meth:`JobInfo.from_hash`)."""
+        _check_page(limit, offset)
         ids = self.redis.zrevrange(self.keys.dead, offset, offset + limit - 1)
         return _dead_infos(ids, [record for chunk in _chunks(ids)
                                  for record in self._run(records_op(self.settings, chunk))])
@@ -228,20 +263,35 @@ class Queue(_QueueBase):
 
     def replay(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> list[str]:
         """Moves dead jobs back to the queue with a fresh attempt budget (given ids, or the
-        ``limit`` oldest); returns the ids replayed. Ids go 200 per script call."""
-        if not job_ids:
-            return self._run(replay_op(self.settings, limit=limit))  # type: ignore[no-any-return]
-        return [job_id for chunk in _chunks(job_ids)
-                for job_id in self._run(replay_op(self.settings, chunk, limit=limit))]
+        ``limit`` oldest); returns the ids replayed. Ids go 200 per script call, all checked
+        before the first is sent."""
+        if job_ids:
+            return [job_id for chunk in _checked_ids(job_ids, limit)
+                    for job_id in self._run(replay_op(self.settings, chunk, limit=len(chunk)))]
+        replayed: list[str] = []
+        for size in _oldest_batches(limit):
+            batch = self._run(replay_op(self.settings, limit=size))
+            replayed.extend(batch)
+            if len(batch) < size:
+                break
+        return replayed
 
     def purge(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> int:
         """Deletes dead jobs for good (given ids, or the ``limit`` oldest); returns how many."""
-        if not job_ids:
-            return self._run(purge_op(self.settings, limit=limit))  # type: ignore[no-any-return]
-        return sum(self._run(purge_op(self.settings, chunk, limit=limit)) for chunk in _chunks(job_ids))
+        if job_ids:
+            return sum(self._run(purge_op(self.settings, chunk, limit=len(chunk)))
+                       for chunk in _checked_ids(job_ids, limit))
+        purged = 0
+        for size in _oldest_batches(limit):
+            count: int = self._run(purge_op(self.settings, limit=size))
+            purged += count
+            if count < size:
+                break
+        return purged
 
     def cancel(self, job_id: str) -> str:
         """Withdraws a job that is not running; returns the status it had."""
+        scripts.check_job_ids("job_id", [job_id])
         return self._run(cancel_op(self.settings, job_id))  # type: ignore[no-any-return]
 
     def reap(self, *, limit: int = 1000) -> ReapResult:
@@ -307,6 +357,7 @@ class AsyncQueue(_QueueBase):
                 self.redis, self.settings.prefix, self.name)
 
     async def get(self, job_id: str) -> JobInfo:
+        scripts.check_job_ids("job_id", [job_id])
         return _job_info(job_id, (await self._run(records_op(self.settings, [job_id])))[0])
 
     async def stats(self) -> Depth:
@@ -324,6 +375,7 @@ class AsyncQueue(_QueueBase):
         return await self._run(workers_op(self.settings))  # type: ignore[no-any-return]
 
     async def dead_letters(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
+        _check_page(limit, offset)
         ids = await self.redis.zrevrange(self.keys.dead, offset, offset + limit - 1)
         return _dead_infos(ids, [record for chunk in _chunks(ids)
                                  for record in await self._run(records_op(self.settings, chunk))])
@@ -332,18 +384,31 @@ class AsyncQueue(_QueueBase):
         return int(await self.redis.zcard(self.keys.dead))
 
     async def replay(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> list[str]:
-        if not job_ids:
-            return await self._run(replay_op(self.settings, limit=limit))  # type: ignore[no-any-return]
-        return [job_id for chunk in _chunks(job_ids)
-                for job_id in await self._run(replay_op(self.settings, chunk, limit=limit))]
+        if job_ids:
+            return [job_id for chunk in _checked_ids(job_ids, limit)
+                    for job_id in await self._run(replay_op(self.settings, chunk, limit=len(chunk)))]
+        replayed: list[str] = []
+        for size in _oldest_batches(limit):
+            batch = await self._run(replay_op(self.settings, limit=size))
+            replayed.extend(batch)
+            if len(batch) < size:
+                break
+        return replayed
 
     async def purge(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> int:
-        if not job_ids:
-            return await self._run(purge_op(self.settings, limit=limit))  # type: ignore[no-any-return]
-        return sum([await self._run(purge_op(self.settings, chunk, limit=limit))
-                    for chunk in _chunks(job_ids)])
+        if job_ids:
+            return sum([await self._run(purge_op(self.settings, chunk, limit=len(chunk)))
+                        for chunk in _checked_ids(job_ids, limit)])
+        purged = 0
+        for size in _oldest_batches(limit):
+            count: int = await self._run(purge_op(self.settings, limit=size))
+            purged += count
+            if count < size:
+                break
+        return purged
 
     async def cancel(self, job_id: str) -> str:
+        scripts.check_job_ids("job_id", [job_id])
         return await self._run(cancel_op(self.settings, job_id))  # type: ignore[no-any-return]
 
     async def reap(self, *, limit: int = 1000) -> ReapResult:

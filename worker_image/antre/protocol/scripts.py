@@ -14,6 +14,7 @@ have that connection's writes) and one round trip; too few confirmations raise
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -61,6 +62,33 @@ def check_id_count(job_ids: Sequence[str]) -> None:
     if len(job_ids) > MAX_IDS_PER_CALL:
         raise errors.InvalidArgument(
             f"ids: got {len(job_ids)}; at most {MAX_IDS_PER_CALL} per call")
+
+
+#: A job id as enqueue.lua accepts one: no ':', '|', space or control character (Lua's %s and
+#: %c), and at most 128 bytes of UTF-8.
+_JOB_ID = re.compile(r"[^:| \x00-\x1f\x7f]+")
+_JOB_ID_RULE = "a job id: 1-128 bytes of text without ':', '|', spaces or control characters"
+
+
+def check_job_ids(name: str, job_ids: Sequence[object]) -> None:
+    """Refuses, before anything is sent, an id no job can have (a caller's list checked whole,
+    so that a bad id at its end cannot leave the calls before it done and the rest not)."""
+    for job_id in job_ids:
+        try:
+            fits = isinstance(job_id, str) and bool(_JOB_ID.fullmatch(job_id)) and (
+                len(job_id.encode()) <= 128)
+        except UnicodeEncodeError:  # a lone surrogate: Redis gets UTF-8
+            fits = False
+        if not fits:
+            raise errors.InvalidArgument(f"{name}: got {job_id!r:.200}; must be {_JOB_ID_RULE}")
+
+
+def check_limit(name: str, value: object, *, low: int = 1, high: int | None = None) -> None:
+    """Refuses a count that is not a whole number from ``low`` to ``high``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (
+            high is not None and value > high):
+        allowed = f"from {low} to {high:,}" if high is not None else f">= {low}"
+        raise errors.InvalidArgument(f"{name}: got {value!r:.100}; must be an integer {allowed}")
 
 
 Lease = tuple[str, int]

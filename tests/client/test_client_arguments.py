@@ -1,0 +1,129 @@
+"""The Python client refuses bad arguments before it writes anything, with one line naming the
+argument, the value and what is allowed (review findings); replays and purges of many dead jobs
+go in calls that each keep Redis busy briefly."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+import redis.asyncio
+from antre import errors
+from antre.client import AsyncQueue, Queue
+from antre.settings import QueueSettings
+
+QS = QueueSettings(name="q")
+
+
+def seed_dead(client: redis.Redis, count: int) -> list[str]:
+    """``count`` dead jobs, oldest first, as the real scripts leave them."""
+    queue = Queue(client, settings=QS)
+    ids = [result.job_id for result in queue.enqueue_many([("t", {"n": n}) for n in range(count)])]
+    for n, job_id in enumerate(ids):
+        client.hset(QS.keys.job(job_id), "status", "dead")  # a Hash: no worker registered
+        client.zadd(QS.keys.dead, {job_id: n})
+    client.delete(QS.keys.ready)
+    return ids
+
+
+def test_a_bad_id_late_in_a_purge_list_purges_nothing(redis_client: redis.Redis) -> None:
+    """Before: the first call of 200 ids purged its dead jobs for good, then a raw
+    UnicodeEncodeError escaped for an id in the second call, with no count returned."""
+    dead = seed_dead(redis_client, 10)
+    queue = Queue(redis_client, settings=QS)
+    for bad in ("\ud800", None, "a:b", "x" * 129, "", "é" * 65):
+        ids = [*dead, *[f"unknown-{n}" for n in range(190)], bad]
+        with pytest.raises(errors.InvalidArgument, match=r"^ids: got .*; must be a job id"):
+            queue.purge(ids)
+        with pytest.raises(errors.InvalidArgument, match=r"^ids: got .*; must be a job id"):
+            queue.replay(ids)
+    assert redis_client.zcard(QS.keys.dead) == 10
+
+
+@pytest.mark.parametrize("call", ["get", "cancel"])
+def test_a_single_bad_id_is_named(redis_client: redis.Redis, call: str) -> None:
+    queue = Queue(redis_client, settings=QS)
+    with pytest.raises(errors.InvalidArgument) as refused:
+        getattr(queue, call)("\ud800")
+    assert str(refused.value) == ("job_id: got '\\ud800'; must be a job id: 1-128 bytes of text "
+                                  "without ':', '|', spaces or control characters")
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"limit": 0}, "limit: got 0; must be an integer >= 1"),
+    ({"limit": -1}, "limit: got -1; must be an integer >= 1"),
+    ({"limit": True}, "limit: got True; must be an integer >= 1"),
+    ({"offset": -1}, "offset: got -1; must be an integer >= 0"),
+])
+def test_dead_letter_pages_refuse_a_bad_limit_or_offset(redis_client: redis.Redis, kwargs: dict,
+                                                         message: str) -> None:
+    """Before: limit=0 listed every dead job and limit=-1 all but one."""
+    seed_dead(redis_client, 3)
+    with pytest.raises(errors.InvalidArgument) as refused:
+        Queue(redis_client, settings=QS).dead_letters(**kwargs)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("call", ["replay", "purge"])
+def test_replay_and_purge_refuse_a_limit_below_one(redis_client: redis.Redis, call: str) -> None:
+    seed_dead(redis_client, 3)
+    with pytest.raises(errors.InvalidArgument, match=r"^limit: got -1; must be an integer >= 1$"):
+        getattr(Queue(redis_client, settings=QS), call)(limit=-1)
+    assert redis_client.zcard(QS.keys.dead) == 3
+
+
+def test_a_large_limit_goes_in_calls_of_200(redis_client: redis.Redis) -> None:
+    """A replay of the 450 oldest used to be one script call popping all of them (one call of a
+    million would hold Redis for seconds)."""
+    seed_dead(redis_client, 500)
+    queue = Queue(redis_client, settings=QS)
+    assert queue.replay(["none-such"]) == []  # the script is loaded: every call below is one
+    redis_client.config_resetstat()
+    replayed = queue.replay(limit=450)
+    assert len(replayed) == 450 and redis_client.zcard(QS.keys.dead) == 50
+    calls = redis_client.info("commandstats")
+    assert sum(calls.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval")) == 3
+    assert queue.purge(limit=1000) == 50  # stops at the call that found fewer
+    assert redis_client.zcard(QS.keys.dead) == 0
+
+
+def test_async_queue_checks_alike(redis_url: str, redis_client: redis.Redis) -> None:
+    dead = seed_dead(redis_client, 5)
+
+    async def go() -> None:
+        client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
+        queue = AsyncQueue(client, settings=QS)
+        try:
+            with pytest.raises(errors.InvalidArgument, match=r"^ids: got '\\ud800'; must be a job id"):
+                await queue.purge([*dead, "\ud800"])
+            with pytest.raises(errors.InvalidArgument, match=r"^limit: got 0; must be"):
+                await queue.dead_letters(limit=0)
+            with pytest.raises(errors.InvalidArgument, match=r"^job_id: got 'a\|b'; must be"):
+                await queue.cancel("a|b")
+            assert sorted(await queue.replay(limit=3)) == sorted(dead[:3])
+            assert await queue.purge(limit=10) == 2
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+    assert redis_client.zcard(QS.keys.dead) == 0
+
+
+def test_a_client_that_answers_bytes_is_refused(redis_url: str) -> None:
+    """Before: ids came back as "b'1a23...'", which no later call could find."""
+    with redis.Redis.from_url(redis_url) as raw:
+        with pytest.raises(errors.InvalidArgument, match=r"^redis_client: got a client that "
+                                                         r"returns bytes; create it with "
+                                                         r"decode_responses=True"):
+            Queue(raw, "q")
+        assert raw.dbsize() == 0
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [({"name": ""}, "queue"),
+                                               ({"name": "q", "prefix": ""}, "prefix")])
+def test_an_empty_name_or_prefix_is_refused_not_replaced(redis_client: redis.Redis,
+                                                         kwargs: dict, field: str) -> None:
+    """Before: Queue(r, "") wrote to the queue 'default' and prefix="" became 'antre'."""
+    with pytest.raises(errors.InvalidArgument, match=f"^{field}: got ''; must be"):
+        Queue(redis_client, **kwargs)
