@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 from antre.client import Queue
+from antre.heartbeat import registry_ttl_ms
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
 from antre.protocol.enqueue import EnqueueCalls
 from antre.protocol.fail import fail_op
-from antre.settings import QueueSettings
+from antre.protocol.reap import reap_op
+from antre.settings import QueueSettings, WorkerSettings
 from invariants import assert_invariants, read_record
 from protocol_state import dump, run_fresh, seed_job, server_ms
 from registered_workers import register_worker
@@ -355,3 +357,22 @@ def test_a_job_dead_lettered_after_its_deferrals_leaves_the_line(redis_client, q
     claim(redis_client, qs, ws)
     assert dump(redis_client, qs)["dead"] == ["waiter"]
     assert redis_client.zrange(qs.keys.waiting_prefix + "acct", 0, -1) == ["other"]
+
+
+@pytest.mark.parametrize("lease_s", [6, 30, 300])
+def test_a_late_claim_of_a_silent_worker_is_refused_after_a_reaper_pass(redis_client, qs, lease_s):
+    """Review finding: the registry entry lived three beats (15 s) and the reaper prunes a
+    worker whose entry expired, so with the default 30 s lease the claim never found the silent
+    worker's last beat and served its late claim. The entry now outlives a lease."""
+    ws = WorkerSettings(visibility_timeout_s=lease_s)
+    interval_s = min(ws.heartbeat_interval_s, 5.0)
+    ttl_ms = registry_ttl_ms(interval_s, ws.lease_ms)
+    register_worker(redis_client, qs, "w1", ttl_ms=ttl_ms)
+    seed_job(redis_client, qs, "a")
+    # A lease and a second pass without a beat: its score and its entry's TTL say so.
+    silent_ms = ws.lease_ms + 1_000
+    redis_client.zadd(qs.keys.workers, {"w1": server_ms(redis_client) - silent_ms})
+    redis_client.pexpire(qs.keys.worker("w1"), ttl_ms - silent_ms)
+    scripts.run(redis_client, reap_op(qs, limit=100, pass_lock_ms=0, holder="test"))
+    result = claim(redis_client, qs, ws, worker="w1")
+    assert result.silent_worker and result.jobs == []

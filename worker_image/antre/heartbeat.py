@@ -25,6 +25,15 @@ if TYPE_CHECKING:  # only a worker serving metrics imports prometheus_client
 log = logging.getLogger("antre.heartbeat")
 
 
+def registry_ttl_ms(interval_s: float, lease_ms: int) -> int:
+    """How long a worker's registry entry outlives its last beat: three beats (at least 10 s),
+    and never less than a lease plus a beat. The claim refuses a worker whose last beat is
+    older than its lease (a claim that reached Redis late, from a process frozen or cut off),
+    and it finds that beat in the registry only while the entry lasts: the reaper prunes a
+    worker whose entry expired."""
+    return int(max(interval_s * 3, 10.0, lease_ms / 1000 + interval_s) * 1000)
+
+
 class Heartbeat:
     def __init__(self, redis: Any, queue: QueueSettings, settings: WorkerSettings, *,
                  worker_id: str, held: HeldRuns, threads: HandlerThreads,
@@ -40,7 +49,7 @@ class Heartbeat:
         self.metrics = metrics
         # Registry entries are read by the operator to pick idle pods: beat at least every 5 s.
         self.interval_s = min(settings.heartbeat_interval_s, 5.0)
-        self.registry_ttl_ms = int(max(self.interval_s * 3, 10.0) * 1000)
+        self.registry_ttl_ms = registry_ttl_ms(self.interval_s, settings.lease_ms)
         self._beat_landed = asyncio.Event()
         self._beat_wanted = asyncio.Event()
 
