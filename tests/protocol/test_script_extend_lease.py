@@ -127,3 +127,19 @@ def test_an_unlock_forgets_the_kept_lock_even_when_another_job_holds_it(redis_cl
     redis_client.delete(lock)  # b's run is over
     assert extend(redis_client, qs, [], kept_locks=[("res", f"a:{lease[1]}")]).kept == [False]
     assert not redis_client.exists(lock)
+
+
+def test_an_unlock_that_frees_the_lock_wakes_the_job_waiting_for_it(redis_client, qs, ws):
+    """A job deferred for the resource used to wait for its re-check (lock_defer_s) after the
+    kept lock was freed; the unlock now wakes it, as an ack does."""
+    lease = keep_lock_of_a_timed_out_run(redis_client, qs, ws, max_attempts=1)
+    seed_job(redis_client, qs, "b", resource_key="res")
+    assert scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs == []
+    assert read_record(redis_client, qs, "b")["status"] == "scheduled"  # waits for res
+
+    assert scripts.run(redis_client, unlock_op(qs, lease, resource_key="res")) is True
+    assert redis_client.lrange(qs.keys.ready, -1, -1) == ["b"]
+    assert read_record(redis_client, qs, "b")["status"] == "queued"
+    [b] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
+    assert (b.id, b.attempt) == ("b", 1)
+    assert_invariants(redis_client, qs)

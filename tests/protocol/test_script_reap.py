@@ -147,3 +147,22 @@ def test_dead_ids_listed_by_older_versions_move_to_the_dead_letters(redis_client
         ("d1", (now - 2000) * 1000), ("d2", (now - 1000) * 1000)]
     assert Queue(redis_client, settings=qs).stats().dead == 2
     assert_invariants(redis_client, qs)
+
+
+def test_a_job_dead_at_its_lease_expiry_wakes_the_job_waiting_for_its_resource(redis_client, qs,
+                                                                              ws):
+    """Its lock is freed and nobody takes it again: the waiter used to wait for its re-check
+    (lock_defer_s). A requeued job takes the resource again itself, so then nobody is woken."""
+    seed_job(redis_client, qs, "lost", max_attempts=1, resource_key="acct")
+    [lost] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w9", max_jobs=1)).jobs
+    seed_job(redis_client, qs, "waiter", resource_key="acct")
+    assert scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs == []
+    redis_client.zadd(qs.keys.processing, {"lost": server_ms(redis_client) - 1})  # expired
+
+    result = reap(redis_client, qs)
+    assert (result.dead, result.requeued) == (1, 0)
+    assert redis_client.lrange(qs.keys.ready, 0, -1) == ["waiter"]
+    assert dump(redis_client, qs)["jobs"]["waiter"]["status"] == "queued"
+    [waiter] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
+    assert (waiter.id, lost.id) == ("waiter", "lost")
+    assert_invariants(redis_client, qs)

@@ -23,6 +23,8 @@
 -- ARGV[4] -> job key prefix, ARGV[5] -> lock key prefix, ARGV[6] -> worker key prefix
 -- ARGV[7] -> idempotency key prefix
 -- ARGV[8] -> dead_ttl_ms: dead letters older than this are deleted (0 keeps them forever)
+-- ARGV[9] -> waiting key prefix (optional): a job dead at the expiry of its lease frees its
+--            resource, and the job that has waited longest for it is woken, as an ack does
 -- Returns: {ran (0 = another process holds the pass lock), requeued, dead, promoted,
 --           workers_dropped, more (1 when a batch limit was hit), dead_expired}
 -- Errors: none of its own.
@@ -31,7 +33,7 @@ local ready_key, processing_key, retry_key, dead_key, stats_key, reaper_key, wor
 local queued_key, field_readers_key, earlier_key = KEYS[9], KEYS[10], KEYS[11]
 local limit, pass_lock_ms, holder = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local job_prefix, lock_prefix, worker_prefix = ARGV[4], ARGV[5], ARGV[6]
-local idem_prefix, dead_ttl_ms = ARGV[7], tonumber(ARGV[8])
+local idem_prefix, dead_ttl_ms, waiting_prefix = ARGV[7], tonumber(ARGV[8]), ARGV[9]
 
 if pass_lock_ms > 0 then
   -- pcall: at maxmemory (noeviction) Redis refuses a SET as the first write of a script. The
@@ -53,6 +55,10 @@ for _, id in ipairs(expired) do
   if f[1] == 'processing' then
     if expire_lease(job_key, id, f, now, ready_key, dead_key, lock_prefix) == 'dead' then
       dead = dead + 1
+      -- A requeued job takes its resource again itself; a dead one leaves it to the next.
+      if waiting_prefix and f[5] then
+        wake_next_waiter(waiting_prefix .. f[5], ready_key, retry_key, job_prefix, now)
+      end
     else
       requeued = requeued + 1
     end

@@ -39,6 +39,6 @@ def reap_op(settings: QueueSettings, *, limit: int, pass_lock_ms: int, holder: s
         [k.ready, k.processing, k.retry, k.dead, k.stats, k.reaper_lock, k.workers, k.legacy_dead,
          k.queued, k.field_readers, k.earlier_workers],
         [limit, pass_lock_ms, holder, k.job_prefix, k.lock_prefix, k.worker_prefix,
-         k.idempotency_prefix, int(settings.dead_ttl_s * 1000)],
+         k.idempotency_prefix, int(settings.dead_ttl_s * 1000), k.waiting_prefix],
         parse,
     )

@@ -2,7 +2,11 @@
 -- timeout or a shutdown: its job was already settled, its lock held until the thread returned).
 -- KEYS[1] -> <prefix>:{Q}:lock:<resource>  (String, '<id>:<lease>')
 -- KEYS[2] -> <prefix>:{Q}:job:<id>         (the record: Hash, or packed String)
+-- KEYS[3] -> <prefix>:{Q}:queue, KEYS[4] -> <prefix>:{Q}:retry,
+-- KEYS[5] -> <prefix>:{Q}:waiting:<resource> (optional, the three together): a lock it frees
+--            wakes the job that has waited longest for the resource, as an ack does
 -- ARGV[1] -> job id, ARGV[2] -> lease token of the run that returned
+-- ARGV[3] -> job key prefix (with KEYS[3..5])
 -- Returns: 1 freed, 0 the lock was not that run's any more (expired, or taken: nothing changes
 --          but the record's lock_kept).
 -- Errors: none of its own.
@@ -28,4 +32,5 @@ elseif kind == 'string' then
 end
 if lock_holder(lock_key) ~= id .. ':' .. lease then return 0 end
 redis.call('DEL', lock_key)
+if KEYS[5] then wake_next_waiter(KEYS[5], KEYS[3], KEYS[4], ARGV[3], now_ms()) end
 return 1

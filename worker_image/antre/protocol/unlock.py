@@ -8,8 +8,12 @@ from antre.settings import QueueSettings
 
 
 def unlock_op(settings: QueueSettings, lease: Lease, *, resource_key: str) -> Op[bool]:
-    """True when the lock was still the run's and is now free."""
+    """True when the lock was still the run's and is now free (then the job that has waited
+    longest for the resource goes to the head of the queue)."""
     k = settings.keys
     job_id, token = lease
-    return Op(load("unlock"), [k.resource_lock(resource_key), k.job(job_id)], [job_id, token],
+    return Op(load("unlock"),
+              [k.resource_lock(resource_key), k.job(job_id), k.ready, k.retry,
+               k.waiting_prefix + resource_key],
+              [job_id, token, k.job_prefix],
               lambda reply: bool(int(reply)))
