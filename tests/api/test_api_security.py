@@ -143,6 +143,38 @@ async def test_metrics_behind_the_token_when_asked(redis_client: Any, redis_url:
         assert (await client.get("/healthz")).status == 200
 
 
+@pytest.mark.parametrize("value", ["yes", "on", "TRUE", "1"])
+def test_metrics_auth_from_the_env_guards_metrics(redis_url: str, tmp_path: Path,
+                                                  value: str) -> None:
+    """Every spelling of "true" the other switches take puts /metrics behind the token."""
+    port = free_port()
+    env = {**child_env(), "ANTRE_API_TOKEN": TOKEN, "ANTRE_API_METRICS_AUTH": value}
+    log_path = tmp_path / "api.log"
+    with log_path.open("w") as log_file:
+        proc = subprocess.Popen([ANTRE, "api", "--redis-url", redis_url, "--host", "127.0.0.1",
+                                 "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
+                                stderr=log_file, text=True)
+    try:
+        wait_until(lambda: "api listening" in log_path.read_text() or proc.poll() is not None,
+                   timeout_s=30, message="the API started")
+        assert proc.poll() is None, log_path.read_text()
+        assert _get("127.0.0.1", port, "/metrics", host="localhost")[0] == 401
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("value", ["maybe", "ture", "2"])
+def test_a_bad_metrics_auth_value_stops_the_start(redis_url: str, value: str) -> None:
+    """Fail closed: a typo must not leave /metrics open."""
+    env = {**child_env(), "ANTRE_API_TOKEN": TOKEN, "ANTRE_API_METRICS_AUTH": value}
+    proc = subprocess.run([ANTRE, "api", "--redis-url", redis_url, "--port", str(free_port())],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == EXIT_USAGE
+    assert proc.stderr == (f"antre api: ANTRE_API_METRICS_AUTH: got {value!r}; must be true or "
+                           "false\n")
+
+
 def _raw_request(port: int, payload: bytes) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
     sock.sendall(payload)

@@ -42,8 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-auth", action="store_true",
                         help="serve /v1/ without a token (ANTRE_API_TOKEN must be unset); "
                              "listens on 127.0.0.1 unless --host is given (default: off)")
-    parser.add_argument("--metrics-auth", action="store_true",
-                        default=env.get("ANTRE_API_METRICS_AUTH", "").lower() in ("1", "true"),
+    parser.add_argument("--metrics-auth", action="store_true", default=None,
                         help="require the token on /metrics too (env ANTRE_API_METRICS_AUTH=true; "
                              "default: /metrics is open)")
     fields.add_arguments(parser, api.ApiSettings)  # body size and time, connections
@@ -93,7 +92,7 @@ def api_settings_from_args(args: argparse.Namespace) -> api.ApiSettings:
     queues = tuple(dict.fromkeys(q.strip() for q in (args.queues or args.queue).split(",")
                                  if q.strip()))
     return api.ApiSettings(queues=queues, token=token, anonymous=args.no_auth,
-                           metrics_auth=args.metrics_auth,
+                           metrics_auth=flag_from_env("ANTRE_API_METRICS_AUTH", args.metrics_auth),
                            **fields.values_from_args(api.ApiSettings, args, os.environ))
 
 
