@@ -116,7 +116,7 @@ def test_dlq_list_replay_purge(redis_client, redis_url, capsys):
                  id="cancel-unknown-job"),
     pytest.param(["worker", "--handlers", "x", "--visibility-timeout", "0.1"], EXIT_USAGE,
                  "antre worker: --visibility-timeout (env ANTRE_VISIBILITY_TIMEOUT): got 0.1; "
-                 "must be a number >= 1", id="flag-named-in-settings-error"),
+                 "must be a number from 1 to 86400", id="flag-named-in-settings-error"),
     pytest.param(["enqueue", "t", "{}", "--delay", "inf"], EXIT_USAGE,
                  "antre enqueue: delay: got inf; must be a number of seconds from 0 to",
                  id="infinite-delay"),

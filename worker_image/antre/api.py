@@ -35,7 +35,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from antre import __version__, errors, fields, keys, openapi, settings, tracing
+from antre import __version__, errors, fields, keys, limits, openapi, settings, tracing
 from antre.client import AsyncQueue
 from antre.dashboard import app as dashboard_app
 from antre.dashboard.state import DashboardSettings
@@ -99,15 +99,16 @@ class ApiSettings:
     """Require the token on /metrics too (give Prometheus the token); else /metrics is open."""
     max_body_bytes: int = setting(
         DEFAULT_MAX_BODY_BYTES, env="ANTRE_API_MAX_BODY_BYTES", flag="--max-body-bytes",
-        minimum=1, help="largest request body in bytes; bigger bodies get 413")
+        minimum=1, maximum=limits.MAX_BYTES, help="largest request body in bytes; bigger bodies get 413")
     body_timeout_s: float = setting(
         DEFAULT_BODY_TIMEOUT_S, env="ANTRE_API_BODY_TIMEOUT", flag="--body-timeout", minimum=0,
-        exclusive_minimum=True,
+        exclusive_minimum=True, maximum=limits.MAX_WAIT_S,
         help="seconds to receive a request body once its headers are in; a slower one gets 408 "
              "and the connection is closed")
     max_connections: int = setting(
         DEFAULT_MAX_CONNECTIONS, env="ANTRE_API_MAX_CONNECTIONS", flag="--max-connections",
-        minimum=1, help="connections open at once; one more is answered 503 and closed")
+        minimum=1, maximum=limits.MAX_CONNECTIONS,
+        help="connections open at once; one more is answered 503 and closed")
     retry_after_s: int = RETRY_AFTER_S
     """Value of Retry-After on 503 answers, in seconds."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from antre import errors
+from antre import errors, fields, limits
 from antre.fields import setting
 
 
@@ -13,16 +13,18 @@ from antre.fields import setting
 class Backoff:
     base_s: float = setting(
         1.0, env="ANTRE_BACKOFF_BASE", flag="--backoff-base", minimum=0, exclusive_minimum=True,
-        label="backoff base",
+        maximum=limits.MAX_WAIT_S, label="backoff base",
         help="retry delay scale in seconds: a retry waits uniform in [0, min(max, "
              "base * 2^(attempt-1))]")
     max_s: float = setting(
-        300.0, env="ANTRE_BACKOFF_MAX", flag="--backoff-max", minimum=0, label="backoff max",
+        300.0, env="ANTRE_BACKOFF_MAX", flag="--backoff-max", minimum=0, maximum=limits.MAX_RUN_S,
+        label="backoff max",
         help="cap on a retry delay in seconds, at least the base")
 
     def __post_init__(self) -> None:
         if not self.base_s > 0:
             raise errors.InvalidArgument(f"backoff base: got {self.base_s!r}; must be > 0 seconds")
+        fields.check(self)  # types and bounds: no inf, a base of at most a day, a cap of a week
         if not self.max_s >= self.base_s:
             raise errors.InvalidArgument(
                 f"backoff max: got {self.max_s!r}; must be >= the base ({self.base_s} s)"

@@ -199,7 +199,7 @@ def violates(entry: Entry, value: Any) -> bool:
         return True
     if entry.kind is int and not isinstance(value, int):
         return True
-    if isinstance(value, float) and math.isnan(value):
+    if isinstance(value, float) and not math.isfinite(value):  # nan, inf: never a setting
         return True
     if spec.minimum is not None and (value <= spec.minimum if spec.exclusive_minimum
                                      else value < spec.minimum):

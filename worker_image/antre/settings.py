@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from antre import fields, keys
+from antre import fields, keys, limits
 from antre.backoff import Backoff
 from antre.fields import nested, setting
 
@@ -30,27 +30,31 @@ class QueueSettings:
         keys.DEFAULT_PREFIX, env="ANTRE_PREFIX", flag="--prefix", validate=keys.validate_prefix,
         help="first part of every key, to share one Redis between deployments")
     max_attempts: int = setting(
-        5, env="ANTRE_MAX_ATTEMPTS", minimum=1,
+        5, env="ANTRE_MAX_ATTEMPTS", minimum=1, maximum=limits.MAX_ATTEMPTS,
         help="runs a job enqueued without max_attempts gets before it is dead-lettered (a lost "
              "lease counts as one); stored in each job at enqueue")
     done_ttl_s: float = setting(
-        DAY_S, env="ANTRE_DONE_TTL", minimum=0,
+        DAY_S, env="ANTRE_DONE_TTL", minimum=0, maximum=limits.MAX_TTL_S,
         help="seconds the record of a finished (done or cancelled) job is kept; 0 deletes it "
              "at ack (the cheapest path)")
     # Redis refuses a zero expiry, and a key that never dedupes is no idempotency key.
     idempotency_ttl_s: float = setting(
         DAY_S, env="ANTRE_IDEMPOTENCY_TTL", minimum=0.001,
+        maximum=limits.MAX_TTL_S,
         help="unused, accepted so existing configurations stay valid: a key deduplicates for as "
              "long as its job is live, then for the idempotency done TTL")
     idempotency_done_ttl_s: float = setting(
         DAY_S, env="ANTRE_IDEMPOTENCY_DONE_TTL", minimum=0.001,
+        maximum=limits.MAX_TTL_S,
         help="seconds a completed idempotency key turns re-runs into duplicates")
     dead_ttl_s: float = setting(
         30 * 86_400, env="ANTRE_DEAD_TTL", minimum=0,  # an int, so the docs say 2592000
+        maximum=limits.MAX_TTL_S,
         help="seconds a dead letter is kept before the reaper deletes it (with its idempotency "
              "key); 0 keeps dead letters forever")
     max_payload_bytes: int = setting(
         256 * 1024, env="ANTRE_MAX_PAYLOAD_BYTES", minimum=1,
+        maximum=limits.MAX_BYTES,
         help="largest encoded payload enqueue accepts, headers included, in bytes")
     durable_replicas: int = setting(
         0, env="ANTRE_DURABLE_REPLICAS", minimum=0, maximum=100,
@@ -59,6 +63,7 @@ class QueueSettings:
              "Redis's asynchronous replication, where a failover can lose the last writes")
     durable_timeout_s: float = setting(
         1.0, env="ANTRE_DURABLE_TIMEOUT", minimum=0.001,
+        maximum=limits.MAX_DURABLE_TIMEOUT_S,
         help="seconds a durable write waits for those confirmations; then an enqueue raises "
              "NotReplicated and the worker gives the claim back or retries the ack")
 
@@ -90,24 +95,30 @@ class WorkerSettings:
              "for free slots")
     visibility_timeout_s: float = setting(
         30.0, env="ANTRE_VISIBILITY_TIMEOUT", flag="--visibility-timeout", minimum=1,
+        maximum=limits.MAX_WAIT_S,
         help="lease length in seconds: a job whose worker stops heartbeating is requeued this "
              "long after; the heartbeat extends it every third of it")
     job_timeout_s: float | None = setting(
         None, env="ANTRE_JOB_TIMEOUT", flag="--job-timeout", minimum=0.001,
+        maximum=limits.MAX_RUN_S,
         help="longest single run in seconds before it fails and is retried (separate from the "
              "lease); none: no limit")
     backoff: Backoff = nested(Backoff, help="default retry delays; a handler can set its own")
     grace_period_s: float = setting(
         25.0, env="ANTRE_GRACE_PERIOD", flag="--grace-period", minimum=0,
+        maximum=limits.MAX_WAIT_S,
         help="on SIGTERM, seconds running jobs may finish before they are released to the queue")
     reaper_interval_s: float = setting(
         5.0, env="ANTRE_REAPER_INTERVAL", flag="--reaper-interval", minimum=0.05,
+        maximum=limits.MAX_WAIT_S,
         help="seconds between in-process reaper passes (one process at a time per queue)")
     lock_defer_s: float = setting(
         1.0, env="ANTRE_LOCK_DEFER", flag="--lock-defer", minimum=0.001,
+        maximum=limits.MAX_WAIT_S,
         help="seconds a job waits when its resource is locked by another job")
     lock_max_deferrals: int = setting(
         600, env="ANTRE_LOCK_MAX_DEFERRALS", flag="--lock-max-deferrals", minimum=0,
+        maximum=limits.MAX_LOCK_DEFERRALS,
         help="waits for a busy resource before the job is dead-lettered")
     metrics_port: int | None = setting(
         None, env="ANTRE_METRICS_PORT", flag="--metrics-port", minimum=0, maximum=65535,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from typing import Final
 
-from antre import errors, reaper
+from antre import errors, limits, reaper
 from antre.commands import Command, open_queue
 
 
@@ -20,8 +21,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.interval > 0:
-        raise errors.InvalidArgument(f"--interval: got {args.interval}; must be > 0 seconds")
+    if not (math.isfinite(args.interval) and 0 < args.interval <= limits.MAX_WAIT_S):
+        raise errors.InvalidArgument(f"--interval: got {args.interval:g}; must be a number of "
+                                     f"seconds > 0 and <= {limits.MAX_WAIT_S}")
     queue = open_queue(args)
     while True:
         totals = reaper.run_once(queue.redis, queue.settings)
