@@ -154,6 +154,20 @@ def test_subprocess_errors_without_traceback(args, code, start):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(("args", "env"), [
+    pytest.param(["api", "--log-level", "LOUD"], {"ANTRE_API_TOKEN": "t0ken"}, id="api-flag"),
+    pytest.param(["worker", "--handlers", "antre.example_handlers"],
+                 {"ANTRE_LOG_LEVEL": "verbose"}, id="worker-env"),
+])
+def test_a_bad_log_level_is_one_line_naming_the_levels(redis_url, args, env):
+    proc = subprocess.run([*ANTRE, *args, "--redis-url", redis_url], capture_output=True,
+                          text=True, env={**child_env(), **env}, timeout=60)
+    value = "LOUD" if "--log-level" in args else "verbose"
+    assert (proc.returncode, proc.stderr) == (
+        EXIT_USAGE, f"antre {args[0]}: --log-level (env ANTRE_LOG_LEVEL): got {value!r}; must be "
+                    "one of DEBUG, INFO, WARNING, ERROR, CRITICAL\n")
+
+
 def test_subprocess_enqueue_and_stats(redis_client, redis_url):
     env = {**child_env(), "ANTRE_REDIS_URL": redis_url, "ANTRE_QUEUE": "cli"}
     proc = subprocess.run([*ANTRE, "enqueue", "t", '{"x": 1}'],

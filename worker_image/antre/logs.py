@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any, Final
 
+from antre import errors
 from antre.jobs import ClaimedJob
 
 lifecycle = logging.getLogger("antre.lifecycle")
@@ -40,18 +41,35 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str, separators=(",", ":"))
 
 
+#: The levels ``--log-level`` / ``ANTRE_LOG_LEVEL`` take (in any case).
+LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LEVEL_OPTION: Final = "--log-level (env ANTRE_LOG_LEVEL)"
+
+
+def level_of(text: str, *, label: str = LEVEL_OPTION) -> int:
+    """The logging level named by ``text``; anything else raises InvalidArgument naming
+    ``label``, the value and the allowed levels."""
+    name = text.strip().upper()
+    if name not in LEVELS:
+        raise errors.InvalidArgument(f"{label}: got {text!r}; must be one of "
+                                     f"{', '.join(LEVELS)}")
+    return logging.getLevelNamesMapping()[name]
+
+
 #: Loggers of a process's own life (the worker's, the API's): at INFO whatever the level.
 PROCESS_LOGGERS: Final = ("antre.worker", "antre.api")
 
 
 def configure(level: str = "INFO", *, process_lines: bool = True) -> None:
-    """JSON lines on stderr at ``level``; the process loggers stay at INFO or below unless
-    ``process_lines`` is False (``antre demo`` prints its own story)."""
+    """JSON lines on stderr at ``level`` (one of :data:`LEVELS`, else InvalidArgument); the
+    process loggers stay at INFO or below unless ``process_lines`` is False (``antre demo``
+    prints its own story)."""
+    number = level_of(level)  # before any change: a bad level leaves logging as it was
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel(number)
     for name in PROCESS_LOGGERS:
         logging.getLogger(name).setLevel(min(root.level, logging.INFO) if process_lines
                                          else logging.NOTSET)
