@@ -18,6 +18,7 @@ from redis_servers import free_port, running_redis
 
 from .conftest import api_client_for
 
+JSON_TYPE = "application/json"
 BAD_BODIES = [
     pytest.param(b"{", "body", id="malformed-json"),
     pytest.param(b"[1, 2]", "body", id="not-an-object"),
@@ -33,6 +34,12 @@ BAD_BODIES = [
     pytest.param(b'{"type": "t", "idempotency_key": 7}', "idempotency_key", id="idem-int"),
     pytest.param(b'{"type": "t", "resource_key": ""}', "resource_key", id="resource-empty"),
     pytest.param(b'{"type": "t", "priority": 1}', "priority", id="unknown-field"),
+    pytest.param(b'{"type": "t", "payload": {"note": "\\ud800"}}', "payload",
+                 id="payload-lone-high-surrogate"),
+    pytest.param(b'{"type": "t", "payload": ["a\\udc00b"]}', "payload",
+                 id="payload-lone-low-surrogate"),
+    pytest.param(b'{"type": "t", "payload": {"\\udfff": 1}}', "payload",
+                 id="payload-surrogate-key"),
 ]
 
 
@@ -44,6 +51,24 @@ async def test_bad_enqueue_body_is_400_naming_the_field(client: Any, body: bytes
     error = await response.json()
     assert error["field"] == field
     assert error["message"].startswith(f"{field}:")
+
+
+async def test_a_payload_that_is_not_valid_text_is_refused_and_nothing_stored(
+        client: Any, redis_client: Any) -> None:
+    """Valid JSON, not valid text: Redis gets UTF-8, and the dashboard could not show it."""
+    response = await client.post("/v1/queues/q/jobs", data=b'{"type": "t", "payload": '
+                                 b'{"note": "\\ud800"}}', headers={"Content-Type": JSON_TYPE})
+    error = await response.json()
+    assert (response.status, error["field"]) == (400, "payload")
+    assert "must be valid Unicode text" in error["message"]
+    assert redis_client.dbsize() == 0
+    # A surrogate pair is one character (an emoji): fine.
+    response = await client.post("/v1/queues/q/jobs", data=b'{"type": "t", "payload": '
+                                 b'{"note": "\\ud83d\\ude00"}}', headers={"Content-Type": JSON_TYPE})
+    assert response.status == 202
+    job_id = (await response.json())["job_id"]
+    job = await (await client.get(f"/v1/queues/q/jobs/{job_id}")).json()
+    assert job["payload"] == {"note": "\U0001f600"}
 
 
 @pytest.mark.parametrize(("body", "field"), [

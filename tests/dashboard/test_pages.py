@@ -108,6 +108,23 @@ async def test_unreadable_record_and_headers(ui: TestClient[Any, Any], redis_cli
     assert answer.headers["Cache-Control"] == "no-store"
 
 
+async def test_a_record_that_is_not_valid_text_is_shown_escaped(ui: TestClient[Any, Any],
+                                                                redis_client: Any) -> None:
+    """A foreign producer's record with a lone surrogate escape (valid JSON, not valid text):
+    every page shows it escaped, none answers 500."""
+    queue = Queue(redis_client, "emails")
+    redis_client.hset(queue.keys.job("odd-1"), mapping={
+        "id": "odd-1", "type": "t", "status": "queued", "attempt": "0", "max_attempts": "5",
+        "created_at": "1", "updated_at": "1", "payload": '{"note":"\\ud800"}'})
+    await sign_in(ui)
+    page = await ui.get("/ui/queues/emails/jobs/odd-1")
+    html = await page.text()
+    assert page.status == 200 and "\\ud800" in html, html[:500]
+    record = await ui.get("/ui/queues/emails/jobs/odd-1/record.json")
+    assert record.status == 200
+    assert (await record.json())["payload"] == {"note": "\ud800"}
+
+
 async def test_redis_down_is_a_503_page() -> None:
     from antre import api, settings
     from antre.dashboard.state import DashboardSettings

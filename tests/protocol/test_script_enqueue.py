@@ -244,6 +244,10 @@ def _nested_lists(depth: int) -> list[object]:
                  id="lone-surrogate-type"),
     pytest.param({"idempotency_key": "k\ud800"}, r"idempotency_key: .*must be valid Unicode",
                  id="lone-surrogate-key"),
+    pytest.param({"payload": {"note": "\ud800"}}, r"payload: got .*; must be valid Unicode text",
+                 id="lone-surrogate-payload"),
+    pytest.param({"payload": [{"\udc00": 1}]}, r"payload: got .*; must be valid Unicode text",
+                 id="lone-surrogate-payload-key"),
     pytest.param({"idempotency_key": ""}, r"idempotency_key: got ''; must be a non-empty", id="empty-idem"),
     pytest.param({"resource_key": "r" * 513}, r"resource_key: .* at most 512", id="long-resource"),
 ])

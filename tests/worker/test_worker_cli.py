@@ -123,6 +123,9 @@ def test_dlq_list_replay_purge(redis_client, redis_url, capsys):
     pytest.param(["enqueue", "t", "[" * 20_000 + "]" * 20_000], EXIT_USAGE,
                  "antre enqueue: payload: not valid JSON (maximum recursion depth",
                  id="deeply-nested-json"),
+    pytest.param(["enqueue", "t", '{"note": "\\ud800"}'], EXIT_USAGE,
+                 "antre enqueue: payload: got '{\"note\":\"\\ud800\"}'; must be valid Unicode "
+                 "text", id="lone-surrogate-payload"),
     pytest.param(["job", "\udcff"], EXIT_USAGE,
                  "antre: argument '\\udcff': not valid UTF-8 text", id="undecodable-argument"),
 ])

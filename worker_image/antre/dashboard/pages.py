@@ -167,7 +167,7 @@ async def job_record(request: web.Request) -> web.StreamResponse:
 def _pretty_json(value: Any) -> str:
     import json
 
-    return json.dumps(value, indent=2, ensure_ascii=False)
+    return views.sendable(json.dumps(value, indent=2, ensure_ascii=False))
 
 
 async def search(request: web.Request) -> web.StreamResponse:

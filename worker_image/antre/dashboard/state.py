@@ -141,7 +141,7 @@ class Dashboard:
         return f"{self.mount}/static/{name}?v={self.static_version}"
 
     def render(self, template: str, **context: Any) -> str:
-        return self.templates.get_template(template).render(**context)
+        return views.sendable(self.templates.get_template(template).render(**context))
 
     # -- scope and queues ----------------------------------------------------------------------
 

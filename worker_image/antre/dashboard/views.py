@@ -123,5 +123,16 @@ def first_line(text: str | None, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def sendable(text: str) -> str:
+    """``text`` as UTF-8 can carry it: a lone surrogate (in a record a foreign producer wrote:
+    valid JSON, not valid text) becomes its ``\\udxxx`` escape instead of failing the
+    response."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
+
+
 FILTERS = {"number": number, "rate": rate, "age": age, "clock": clock, "since": since,
            "first_line": first_line}

@@ -24,6 +24,9 @@ BATCH_SIZE = MAX_JOBS_PER_CALL
 #: field_readers, earlier_workers); each job's keys follow.
 QUEUE_KEY_COUNT = 7
 _PAYLOAD_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, sort_keys=True)
+#: The same text unescaped, to find a lone surrogate the ASCII text carries as an escape.
+_TEXT_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, sort_keys=True,
+                                 ensure_ascii=False)
 _CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")
 
 
@@ -54,7 +57,9 @@ def encode(settings: QueueSettings, job: NewJob) -> list[ScriptArg]:
             f"payload: {exc}; must be JSON-serialisable (dict with string keys, list, str, int, "
             "float, bool, None), nested at most a few hundred levels"
         ) from None
+    _check_text("payload", payload, job.payload)
     headers = _encode_headers(job.headers)
+    _check_text("headers", headers, job.headers)
     size = len(payload.encode()) + len(headers.encode())
     if size > settings.max_payload_bytes:
         raise errors.PayloadTooLarge(
@@ -88,6 +93,15 @@ def _check_utf8(name: str, value: str | None) -> None:
         raise errors.InvalidArgument(
             f"{name}: got {value!r:.100}; must be valid Unicode text ({exc.reason} at position "
             f"{exc.start})") from None
+
+
+def _check_text(name: str, encoded: str, value: Any) -> None:
+    """Refuses a value whose strings hold an unpaired surrogate (``"\\ud800"`` in JSON):
+    escaped, it reaches Redis, but whoever reads it back (a worker, the dashboard) gets a
+    string no UTF-8 can carry. Only text with a surrogate escape (``\\ud8..``-``\\udf..``,
+    an emoji's pair included) is encoded again to tell."""
+    if "\\ud" in encoded:
+        _check_utf8(name, _TEXT_ENCODER.encode(value))
 
 
 def _encode_headers(headers: Any) -> str:
