@@ -230,7 +230,10 @@ def _nested_lists(depth: int) -> list[object]:
     pytest.param({"job_type": "x" * 201}, r"type: .* at most 200 characters", id="long-type"),
     pytest.param({"payload": {1, 2}}, r"payload: .*JSON-serialisable", id="set-payload"),
     pytest.param({"payload": float("nan")}, r"payload: .*JSON-serialisable", id="nan-payload"),
-    pytest.param({"max_attempts": 0}, r"max_attempts: got 0; must be an integer >= 1", id="zero-attempts"),
+    pytest.param({"max_attempts": 0}, r"max_attempts: got 0; must be an integer from 1 to 1000",
+                 id="zero-attempts"),
+    pytest.param({"max_attempts": 1001}, r"max_attempts: got 1001; must be an integer from 1 to 1000",
+                 id="too-many-attempts"),
     pytest.param({"max_attempts": True}, r"max_attempts: got True", id="bool-attempts"),
     pytest.param({"delay": -1}, r"delay: got -1; must be a number of seconds from 0 to "
                  r"315,360,000 \(ten years\)", id="negative-delay"),

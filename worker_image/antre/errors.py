@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from antre import limits
+
 
 class AntreError(Exception):
     """Base class of every error antre raises on purpose."""
@@ -70,17 +72,13 @@ class ProtocolError(AntreError):
     """A script replied with something its wrapper does not understand."""
 
 
-#: The longest delay an enqueue or a :class:`Retry` may ask for: ten years. Far beyond any
-#: real schedule, and far below where a time in milliseconds stops being exact in Redis.
-MAX_DELAY_S = 10 * 365 * 24 * 3600
-
-
 def check_delay(name: str, delay: object) -> None:
-    """Refuses a delay that is not a number of seconds from 0 to :data:`MAX_DELAY_S`."""
+    """Refuses a delay that is not a number of seconds from 0 to
+    :data:`antre.limits.MAX_DELAY_S`."""
     if isinstance(delay, bool) or not isinstance(delay, int | float) or not (
-            0 <= delay <= MAX_DELAY_S):
+            0 <= delay <= limits.MAX_DELAY_S):
         raise InvalidArgument(f"{name}: got {delay!r}; must be a number of seconds from 0 to "
-                              f"{MAX_DELAY_S:,} (ten years)")
+                              f"{limits.MAX_DELAY_S:,} (ten years)")
 
 
 class Retry(Exception):

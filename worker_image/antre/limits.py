@@ -16,6 +16,9 @@ TEN_YEARS_S: Final = 10 * 365 * DAY_S
 
 #: Most runs a job may be given (``max_attempts``, ``ANTRE_MAX_ATTEMPTS``).
 MAX_ATTEMPTS: Final = 1000
+#: The longest delay an enqueue or a ``Retry`` may ask for: ten years. Far beyond any real
+#: schedule, and far below where a time in milliseconds stops being exact in Redis.
+MAX_DELAY_S: Final = TEN_YEARS_S
 #: The longest a record, a dead letter or an idempotency key is kept.
 MAX_TTL_S: Final = TEN_YEARS_S
 #: The longest lease, wait, pause or interval: a lease, a shutdown's grace, a reaper interval, a

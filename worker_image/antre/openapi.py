@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from antre import fields
+from antre import fields, limits
 from antre.fields import REQUIRED, setting
 from antre.jobs import JobStatus
 
@@ -22,9 +22,6 @@ QUEUE_NAME_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 JOB_ID_PATTERN: Final = r"^[A-Za-z0-9._-]{1,128}$"
 #: Same rule as the enqueue script's wrapper: no control characters.
 JOB_TYPE_PATTERN: Final = r"[^\x00-\x1f\x7f]*"
-#: Longest delay an enqueue may ask for, in seconds (one year).
-MAX_DELAY_S: Final = 31_536_000
-MAX_ATTEMPTS_LIMIT: Final = 1000
 #: Bounds of ``limit`` on the dead-letter list and replay.
 MAX_LIST_LIMIT: Final = 1000
 MAX_REPLAY_LIMIT: Final = 10_000
@@ -52,10 +49,10 @@ class EnqueueRequest:
     resource_key: str | None = setting(
         None, min_length=1, max_length=512, help="Jobs with the same resource key never run at once")
     max_attempts: int | None = setting(
-        None, minimum=1, maximum=MAX_ATTEMPTS_LIMIT,
+        None, minimum=1, maximum=limits.MAX_ATTEMPTS,
         help="Runs before dead-lettering (queue default when null)")
     delay_seconds: float | None = setting(
-        None, minimum=0, maximum=MAX_DELAY_S, help="Seconds before the job may run")
+        None, minimum=0, maximum=limits.MAX_DELAY_S, help="Seconds before the job may run")
 
 
 def _ref(name: str) -> dict[str, str]:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from antre import errors
+from antre import errors, limits
 from antre.jobs import EnqueueResult, new_job_id
 from antre.protocol.scripts import MAX_JOBS_PER_CALL, Durability, Op, ScriptArg, load
 from antre.settings import QueueSettings
@@ -67,8 +67,10 @@ def encode(settings: QueueSettings, job: NewJob) -> list[ScriptArg]:
             "with the headers (QueueSettings.max_payload_bytes)"
         )
     max_attempts = settings.max_attempts if job.max_attempts is None else job.max_attempts
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise errors.InvalidArgument(f"max_attempts: got {max_attempts!r}; must be an integer >= 1")
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or not (
+            1 <= max_attempts <= limits.MAX_ATTEMPTS):
+        raise errors.InvalidArgument(f"max_attempts: got {max_attempts!r}; must be an integer "
+                                     f"from 1 to {limits.MAX_ATTEMPTS}")
     errors.check_delay("delay", job.delay_s)
     for name in ("idempotency_key", "resource_key"):
         value = getattr(job, name)
