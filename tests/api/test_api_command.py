@@ -1,6 +1,6 @@
 """The `antre api` command's configuration: env defaults and the token.
 
-Covers: a non-integer ANTRE_API_PORT or ANTRE_API_MAX_BODY_BYTES is a usage error of `antre api`
+Covers: a non-integer ANTRE_API_PORT or ANTRE_API_MAX_BODY_BYTES is a one-line error of `antre api`
 only (every other command still parses; a setting's variable is named with its flag), the
 token from the env is stripped of the trailing newline a Secret made from a file carries, and a
 blank one is an error.
@@ -9,19 +9,32 @@ blank one is an error.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from antre import api, cli, errors
+from antre.commands import EXIT_UNAVAILABLE, EXIT_USAGE
 from antre.commands import api as api_command
+from redis_servers import child_env, free_port
+
+ANTRE = str(Path(sys.executable).parent / "antre")
 
 
-def test_bad_port_env_breaks_only_the_api_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ANTRE_API_PORT", "abc")
-    parser = cli.build_parser()
-    assert parser.parse_args(["stats", "--queue", "q"]).command == "stats"
-    with pytest.raises(SystemExit) as exit_info:
-        parser.parse_args(["api"])
-    assert exit_info.value.code == 2
+@pytest.mark.parametrize(("value", "message"), [
+    pytest.param("abc", "got 'abc'; must be an integer", id="not-a-number"),
+    pytest.param("70000", "got 70000; must be an integer from 0 to 65535", id="out-of-range"),
+])
+def test_bad_port_env_breaks_only_the_api_command(value: str, message: str) -> None:
+    """One line naming the flag and the variable (the user may never have typed --port)."""
+    env = {**child_env(), "ANTRE_API_PORT": value, "ANTRE_API_TOKEN": "t0ken",
+           "ANTRE_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    other = subprocess.run([ANTRE, "stats"], env=env, capture_output=True, text=True, timeout=60)
+    assert other.returncode == EXIT_UNAVAILABLE  # parsed, then Redis is not there: not usage
+    proc = subprocess.run([ANTRE, "api"], env=env, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (
+        EXIT_USAGE, f"antre api: --port (env ANTRE_API_PORT): {message}\n")
 
 
 def test_bad_settings_env_names_the_flag_and_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -41,7 +54,7 @@ def test_api_env_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTRE_API_MAX_BODY_BYTES", raising=False)
     args = cli.build_parser().parse_args(["api", "--queue", "emails"])
     api_settings = api_command.api_settings_from_args(args)
-    assert (args.port, api_settings.max_body_bytes, api_settings.body_timeout_s,
+    assert (api_settings.port, api_settings.max_body_bytes, api_settings.body_timeout_s,
             api_settings.queues) == (9001, api.DEFAULT_MAX_BODY_BYTES, 2.5, ("emails",))
 
 

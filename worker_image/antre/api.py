@@ -97,6 +97,9 @@ class ApiSettings:
     page whose DNS name rebinds to 127.0.0.1 reaches it from the user's browser otherwise."""
     metrics_auth: bool = False
     """Require the token on /metrics too (give Prometheus the token); else /metrics is open."""
+    port: int = setting(
+        DEFAULT_PORT, env="ANTRE_API_PORT", flag="--port", minimum=0, maximum=65535,
+        help="listen port")
     max_body_bytes: int = setting(
         DEFAULT_MAX_BODY_BYTES, env="ANTRE_API_MAX_BODY_BYTES", flag="--max-body-bytes",
         minimum=1, maximum=limits.MAX_BYTES, help="largest request body in bytes; bigger bodies get 413")

@@ -28,11 +28,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     from antre import api
     from antre.dashboard.state import DashboardSettings
     env = os.environ
-    # String defaults: argparse converts them only when `api` runs, so a bad value in the env
-    # is a usage error of `antre api`, not a traceback of every other command (the settings'
-    # flags are converted by fields.values_from_args, naming the flag and the variable).
-    parser.add_argument("--port", type=int, default=env.get("ANTRE_API_PORT") or str(api.DEFAULT_PORT),
-                        help="listen port (env ANTRE_API_PORT; default %(default)s)")
+    # The settings' flags (--port, body size and time, connections) are converted only when
+    # `api` runs, by fields.values_from_args: a bad value in the env is one line of `antre api`
+    # naming the flag and the variable, not a usage error of every other command.
     parser.add_argument("--host", default=env.get("ANTRE_API_HOST"),
                         help="listen address (env ANTRE_API_HOST; default 0.0.0.0, or 127.0.0.1 "
                              "with --no-auth)")
@@ -45,7 +43,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-auth", action="store_true", default=None,
                         help="require the token on /metrics too (env ANTRE_API_METRICS_AUTH=true; "
                              "default: /metrics is open)")
-    fields.add_arguments(parser, api.ApiSettings)  # body size and time, connections
+    fields.add_arguments(parser, api.ApiSettings)  # port, body size and time, connections
     parser.add_argument("--log-level", default=env.get("ANTRE_LOG_LEVEL", "INFO"),
                         help="log level (env ANTRE_LOG_LEVEL; default %(default)s)")
     parser.add_argument("--dashboard", action="store_true", default=None,
@@ -100,8 +98,6 @@ def run(args: argparse.Namespace) -> int:
     from antre import api
     from antre.dashboard.state import DashboardSettings
     logs.configure(args.log_level)
-    if not 0 <= args.port <= 65535:
-        raise errors.InvalidArgument(f"--port: got {args.port}; must be from 0 to 65535")
     api_settings = api_settings_from_args(args)
     host = args.host or ("127.0.0.1" if api_settings.anonymous else "0.0.0.0")
     if api_settings.anonymous and host in ("127.0.0.1", "::1", "localhost"):
@@ -119,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             "read_only": read_only})
     app = api.create_app(redis_client, queue_template=queue_template, api_settings=api_settings,
                          dashboard=dashboard)
-    asyncio.run(_serve(app, redis_client, host=host, port=args.port,
+    asyncio.run(_serve(app, redis_client, host=host, port=api_settings.port,
                        redis_url=args.redis_url, queues=api_settings.queues))
     return 0
 
