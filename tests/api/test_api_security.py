@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from antre import Queue, api, errors, keys
+from antre import Queue, api, errors, keys, loopback
 from antre.commands import EXIT_USAGE
 from redis_servers import child_env, free_port, wait_until
 
@@ -91,6 +91,40 @@ def test_no_auth_listens_on_loopback_only(redis_url: str, tmp_path: Path) -> Non
     listening = next(line for line in lines if line["msg"] == "api listening")
     assert listening["addresses"] == [f"127.0.0.1:{port}"]
     assert any("without authentication" in line["msg"] for line in lines)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.2", "127.1.2.3"])
+def test_no_auth_on_any_loopback_address_checks_the_host(redis_url: str, tmp_path: Path,
+                                                         address: str) -> None:
+    """All of 127.0.0.0/8 is loopback: a rebinding page reaches 127.0.0.2 as well."""
+    port = free_port()
+    env = {k: v for k, v in child_env().items() if k not in ("ANTRE_API_TOKEN", "ANTRE_API_HOST")}
+    log_path = tmp_path / "api.log"
+    with log_path.open("w") as log_file:
+        proc = subprocess.Popen([ANTRE, "api", "--no-auth", "--host", address, "--redis-url",
+                                 redis_url, "--port", str(port)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=log_file, text=True)
+    try:
+        wait_until(lambda: "api listening" in log_path.read_text() or proc.poll() is not None,
+                   timeout_s=30, message="the API started")
+        assert proc.poll() is None, log_path.read_text()
+        for host, expected in (("attacker.example", 403), (f"attacker.example:{port}", 403),
+                               (f"{address}:{port}", 200), ("localhost", 200),
+                               (f"127.0.0.1:{port}", 200), (f"[::1]:{port}", 200)):
+            status, body = _get(address, port, "/v1/queues/default/stats", host=host)
+            assert status == expected, (host, status, body)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize(("host", "loopback_only"), [
+    ("127.0.0.1", True), ("127.0.0.2", True), ("127.255.255.254", True), ("::1", True),
+    ("localhost", True), ("0.0.0.0", False), ("::", False), ("10.1.2.3", False),
+    ("192.0.2.1", False),
+])
+def test_which_listen_hosts_are_loopback(host: str, loopback_only: bool) -> None:
+    assert loopback.listens_on_loopback(host) is loopback_only
 
 
 def _get(address: str, port: int, path: str, *, host: str) -> tuple[int, str]:

@@ -35,7 +35,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from antre import __version__, errors, fields, keys, limits, openapi, settings, tracing
+from antre import __version__, errors, fields, keys, limits, loopback, openapi, settings, tracing
 from antre.client import AsyncQueue
 from antre.dashboard import app as dashboard_app
 from antre.dashboard.state import DashboardSettings
@@ -59,7 +59,6 @@ RETRY_AFTER_S: Final = 1
 #: Paths served without the token: probes and the API description (and /metrics unless
 #: ``metrics_auth``).
 OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/openapi.json"})
-LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 def _host_name(host: str) -> str:
@@ -92,9 +91,10 @@ class ApiSettings:
     anonymous: bool = False
     """Serve /v1/ without a token: an explicit choice, never the result of an empty token."""
     local_hosts_only: bool = False
-    """Answer only requests addressed to this machine by a loopback name (``Host`` localhost,
-    127.0.0.1 or [::1]): what an API without a token listening on loopback needs, since a web
-    page whose DNS name rebinds to 127.0.0.1 reaches it from the user's browser otherwise."""
+    """Answer only requests addressed to this machine by a loopback name (``Host`` localhost or
+    a loopback address, :mod:`antre.loopback`): what an API without a token listening on
+    loopback needs, since a web page whose DNS name rebinds to a loopback address reaches it
+    from the user's browser otherwise."""
     metrics_auth: bool = False
     """Require the token on /metrics too (give Prometheus the token); else /metrics is open."""
     port: int = setting(
@@ -270,10 +270,10 @@ _CHALLENGE: Final = {"WWW-Authenticate": 'Bearer realm="antre"'}
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     api_settings = _state(request).settings
-    if api_settings.local_hosts_only and _host_name(request.host) not in LOOPBACK_NAMES:
+    if api_settings.local_hosts_only and not loopback.names_loopback(_host_name(request.host)):
         raise BadRequest(403, "host_not_allowed",
                          "Host: this API serves without a token, so only requests addressed to "
-                         "localhost, 127.0.0.1 or [::1] (with any port)")
+                         "localhost or a loopback address (127.0.0.0/8, [::1]; with any port)")
     # /v1/ is guarded (and /metrics when asked); probes and the document stay open, and an
     # unknown path is a 404 with or without a token.
     guarded = request.path.startswith("/v1/") or (

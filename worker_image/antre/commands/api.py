@@ -10,7 +10,7 @@ import os
 import signal
 from typing import TYPE_CHECKING, Any, Final
 
-from antre import connection, errors, fields, logs, settings
+from antre import connection, errors, fields, logs, loopback, settings
 from antre.commands import Command, listen_error
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
     api_settings = api_settings_from_args(args)
     host = args.host or ("127.0.0.1" if api_settings.anonymous else "0.0.0.0")
-    if api_settings.anonymous and host in ("127.0.0.1", "::1", "localhost"):
+    if api_settings.anonymous and loopback.listens_on_loopback(host):
         api_settings = dataclasses.replace(api_settings, local_hosts_only=True)
     if api_settings.anonymous:
         log.warning("serving /v1/ without authentication (--no-auth)", extra={"host": host})
