@@ -202,6 +202,8 @@ class Reconciler:
         self._parsed: tuple[tuple[str, int], spec.JobQueueSpec] | None = None
         self._rendered: tuple[spec.JobQueueSpec, tuple[str, int, bool], rendering.Children] | None = None
         self._refusals: dict[ChildKey, Refusal] = {}
+        self._status_refusal: Refusal | None = None
+        """The last status patch the API server refused (its content without timestamps)."""
 
     @property
     def kube(self) -> kube.KubeClient:
@@ -593,13 +595,24 @@ class Reconciler:
         patch = status.status_patch(new, previous)
         if patch is None:
             self.last_status = new
+            self._status_refusal = None
             return
+        content = status.without_times(new)
+        refusal = self._status_refusal
+        if refusal is not None and refusal.holds(content, time.monotonic()):
+            return  # refused already: not the same request again at every poll
         try:
             await self.kube.patch(settings.KIND, self.namespace, self.name, {"status": patch},
                                   subresource="status")
         except kube.KubeError as exc:
-            if exc.status != 404:  # 404: the JobQueue is being deleted
-                self.state.metrics.errors.labels(self.namespace, self.name, "StatusFailed").inc()
-                logger.warning("%s/%s: status not written: %s", self.namespace, self.name, exc)
+            if exc.status == 404:  # the JobQueue is being deleted
+                return
+            self.state.metrics.errors.labels(self.namespace, self.name, "StatusFailed").inc()
+            previous_s = refusal.pause_s if refusal is not None and refusal.of(content) else None
+            pause_s = refused_retry_after_s(previous_s)
+            self._status_refusal = Refusal(content, exc, time.monotonic() + pause_s, pause_s)
+            logger.warning("%s/%s: status not written (the same status is sent again in %gs "
+                           "at the earliest): %s", self.namespace, self.name, pause_s, exc)
             return
+        self._status_refusal = None
         self.last_status = new

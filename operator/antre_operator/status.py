@@ -40,6 +40,9 @@ FAILING_WAITING_REASONS: Final = frozenset({
 })
 #: Longest pod message quoted in a condition (a termination message may be 4 KiB).
 MAX_POD_MESSAGE_CHARS: Final = 240
+#: Longest condition message: whatever a message quotes (a Redis server's text, an API
+#: server's refusal), the status stays far below the API server's request and object limits.
+MAX_CONDITION_MESSAGE_CHARS: Final = 2048
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,10 +169,7 @@ def _quoted(text: str) -> str:
     """The last non-empty line of a pod's message (its log's tail with FallbackToLogsOnError),
     shortened: what a user needs to see first."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    last = lines[-1] if lines else ""
-    if len(last) > MAX_POD_MESSAGE_CHARS:
-        last = last[:MAX_POD_MESSAGE_CHARS - 3] + "..."
-    return last
+    return _shortened(lines[-1] if lines else "", MAX_POD_MESSAGE_CHARS)
 
 
 def _exit_text(terminated: Mapping[str, Any]) -> str:
@@ -233,8 +233,13 @@ def coarse_age_s(age_s: float | None) -> int | None:
     return age - age % step
 
 
+def _shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _condition(type_: str, status: str, reason: str, message: str) -> dict[str, Any]:
-    return {"type": type_, "status": status, "reason": reason, "message": message}
+    return {"type": type_, "status": status, "reason": reason,
+            "message": _shortened(message, MAX_CONDITION_MESSAGE_CHARS)}
 
 
 def conditions_for(obs: Observation, previous: Sequence[Mapping[str, Any]] = ()
@@ -392,6 +397,14 @@ def render_status(obs: Observation, *, previous: Mapping[str, Any], now: str) ->
         conditions_for(obs, previous.get("conditions") or []), previous.get("conditions") or [],
         now=now, generation=obs.generation)
     return status
+
+
+def without_times(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The status without its conditions' lastTransitionTime: two renderings of the same
+    observation compare equal whenever they were made."""
+    conditions = [{k: v for k, v in c.items() if k != "lastTransitionTime"}
+                  for c in status.get("conditions") or [] if isinstance(c, Mapping)]
+    return {**status, "conditions": conditions}
 
 
 def status_patch(new: Mapping[str, Any], old: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -84,14 +84,15 @@ async def test_unreachable_redis_is_a_read_error_without_the_password() -> None:
     assert time.monotonic() - started < 3
 
 
-async def test_eviction_policy_warning() -> None:
-    with running_redis("--maxmemory-policy", "volatile-lru") as server:
+@pytest.mark.parametrize("policy", ["volatile-lru", "allkeys-lfu"])
+async def test_eviction_policy_warning(policy: str) -> None:
+    with running_redis("--maxmemory-policy", policy) as server:
         reader = backlog.QueueReader(server.url, queue="q", prefix="antre", timeout_s=2)
         try:
             warning = await reader.eviction_warning()
         finally:
             await reader.close()
-    assert warning is not None and "volatile-lru" in warning
+    assert warning is not None and repr(policy) in warning, "a known policy is named"
 
 
 @pytest.mark.parametrize("url", [
@@ -253,3 +254,22 @@ async def test_a_thousand_replies_share_the_cap_of_one_read() -> None:
         assert "longer than" in error.detail
         await asyncio.sleep(0)
         assert sum(sent) < reply_cap.MAX_REPLY_BYTES + 24 * 1024 * 1024 < 10 * each
+
+
+async def test_a_hostile_eviction_policy_is_not_quoted() -> None:
+    """A server of the JobQueue author's own answers ``INFO memory`` with a policy of 7 MiB
+    (under the reply cap): the warning names no such text and stays short, so the status patch
+    that carries it is far below what the API server accepts."""
+    policy = b"A" * (7 * 1024 * 1024)
+    info = b"# Memory\r\nmaxmemory_policy:" + policy + b"\r\n"
+    answers = {b"INFO": b"$%d\r\n%s\r\n" % (len(info), info)}
+    async with flooding_server(10, answers) as (port, _):
+        reader = backlog.QueueReader(f"redis://127.0.0.1:{port}/0", queue="q", prefix="antre",
+                                     timeout_s=30)
+        try:
+            warning = await reader.eviction_warning()
+        finally:
+            await reader.close()
+    assert warning is not None and "AAAA" not in warning and len(warning) < 400, warning[:400]
+    assert "not a policy Redis knows" in warning
+

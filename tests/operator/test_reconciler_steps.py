@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from antre_operator import kube, rendering
+from antre_operator import kube, rendering, settings
 from operator_fakes import JOBQUEUE_UID, FakeKube, closing, jobqueue_body, reconciler
 from redis_servers import free_port
 
@@ -391,3 +391,40 @@ async def test_the_reaper_cronjob_rests_while_no_worker_runs_and_redis_holds_not
         assert not suspended()
         await rec.step(body(0, suspend=True, generation=3))
         assert suspended()
+
+
+class RefusingStatus(FakeKube):
+    """Refuses every status patch, as the API server does one over its size limits."""
+
+    async def request(self, method: str, path: str, **kw: Any) -> Any:
+        if method == "PATCH" and path.endswith("/status"):
+            self.requests.append((method, path, kw.get("body")))
+            raise kube.KubeError(413, "Request entity too large: limit is 3145728")
+        return await super().request(method, path, **kw)
+
+
+async def test_a_refused_status_is_not_sent_again_at_every_poll(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A status patch the API server refused is refused again: the same status is not sent at
+    every poll (a JobQueue at rest causes no writes); a different one is sent at once."""
+    fake = RefusingStatus()
+    rec, _ = reconciler(monkeypatch, fake, namespace=NS, name="big")
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    body = jobqueue_body("big", NS, {"redis": {"url": url},
+                                     "autoscaling": {"enabled": False}, "replicas": 1})
+    fake.put(settings.KIND, NS, "big", body)
+
+    def status_writes() -> int:
+        return len([w for w in fake.writes() if w[1].endswith("/status")])
+
+    async with closing(rec):
+        await rec.step(body)
+        assert status_writes() == 1
+        for _ in range(3):
+            await rec.step(body)
+        assert status_writes() == 1, "the same refused status, sent again at every poll"
+        changed = jobqueue_body("big", NS, {"redis": {"url": url},
+                                            "autoscaling": {"enabled": False}, "replicas": 2},
+                                generation=2)
+        await rec.step(changed)
+        assert status_writes() == 2, "a different status is sent at once"

@@ -146,6 +146,18 @@ def test_transition_times_only_move_on_transitions() -> None:
     assert patch is not None and set(patch) == {"conditions"}
 
 
+def test_no_condition_message_is_longer_than_the_cap() -> None:
+    """Whatever a message quotes (a Redis server's text, an API server's refusal), the status
+    stays small: each message is cut at MAX_CONDITION_MESSAGE_CHARS."""
+    huge = "x" * (7 * 1024 * 1024)
+    obs = dataclasses.replace(OK, redis_error=huge, eviction_warning=huge,
+                              problem=status.Problem("InvalidSpec", huge))
+    doc = status.render_status(obs, previous={}, now="2030-01-01T00:00:00Z")
+    assert all(len(c["message"]) <= status.MAX_CONDITION_MESSAGE_CHARS
+               for c in doc["conditions"])
+    assert len(str(doc)) < 16 * 1024
+
+
 def test_status_patch_removes_dropped_fields() -> None:
     assert status.status_patch({"a": 1}, {"a": 1, "b": 2}) == {"b": None}
 

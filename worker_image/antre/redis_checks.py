@@ -3,9 +3,15 @@ and its clock (the only clock antre compares times on)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 WANTED_POLICY = "noeviction"
+#: Every maxmemory-policy Redis 7 knows. Only these names are quoted: any other text a server
+#: sends (a hostile one may send megabytes) is described, never copied into a status or a log.
+KNOWN_POLICIES: Final = frozenset({
+    "noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random",
+    "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl",
+})
 
 
 def _policy_from_info(info: Any) -> str | None:
@@ -20,11 +26,13 @@ def _policy_from_info(info: Any) -> str | None:
 
 
 def describe_policy(policy: str | None) -> str | None:
-    """The warning for a maxmemory-policy, or None when it is safe."""
+    """The warning for a maxmemory-policy, or None when it is safe. Its length is bounded
+    whatever the server sent: only a known policy name is quoted."""
     if policy is None or policy == WANTED_POLICY:
         return None
+    named = repr(policy) if policy in KNOWN_POLICIES else "not a policy Redis knows"
     return (
-        f"Redis maxmemory-policy is {policy!r}: under memory pressure Redis may evict job "
+        f"Redis maxmemory-policy is {named}: under memory pressure Redis may evict job "
         "records, leases or locks and silently lose jobs. Set maxmemory-policy to 'noeviction'."
     )
 
