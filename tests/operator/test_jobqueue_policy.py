@@ -200,6 +200,7 @@ def test_no_policy_refuses_nothing_but_the_operators_own() -> None:
     "redis://r:6379/0?sslmode=require",
     "redis://r:6379/0?db=1&foo=bar",
     "rediss+cluster://r:6379?read_from_replicas=yes",
+    "redis+sentinel://s1:26379,s2:26379/mymaster/0?sslmode=require",
 ])
 def test_an_unknown_url_option_is_a_clear_spec_error(url: str) -> None:
     with pytest.raises(spec.InvalidSpec) as info:
@@ -207,3 +208,17 @@ def test_an_unknown_url_option_is_a_clear_spec_error(url: str) -> None:
     assert info.value.field == "spec.redis.url"
     assert re.search(r"unknown query option '\w+'; the options are .*socket_timeout",
                      str(info.value))
+
+
+@pytest.mark.parametrize("url", [
+    "redis://r:6379/0?socket_timeout=abc",
+    "redis+sentinel://s1:26379/mymaster/0?socket_timeout=abc",
+])
+def test_a_bad_url_option_value_is_a_clear_spec_error(url: str) -> None:
+    """Not a Redis that cannot be reached at every poll: the option, its value and what it
+    may be, on spec.redis.url."""
+    with pytest.raises(spec.InvalidSpec) as info:
+        parse(sample(MINIMAL, redis={"url": url}))
+    assert info.value.field == "spec.redis.url"
+    assert "query option socket_timeout: got 'abc'; must be a number of seconds" in str(
+        info.value)

@@ -1,7 +1,9 @@
 """What every process refuses in a Redis URL before connecting (``antre.redis_urls``).
 
-Aspects: an unknown query option (``?sslmode=require``, a typo) is one line naming it, from the
-library and the command line, instead of redis-py's TypeError at the first command; the option
+Aspects: an unknown query option (``?sslmode=require``, a typo), in any URL Sentinel ones
+included, is one line naming it, from the library and the command line, instead of redis-py's
+TypeError at the first command; so is an option value redis-py cannot take
+(``?socket_timeout=abc``), naming the option, the value and what is allowed; the option
 list stays within what the installed redis-py takes. With ``ANTRE_REDIS_TLS=true`` (what the
 operator sets for a JobQueue with spec.redis.tls) the worker, the reaper and the API refuse a
 plain-text URL and never open a connection, so a password in it never crosses the network; a
@@ -43,11 +45,48 @@ def test_every_url_option_is_one_redis_py_takes() -> None:
 
 
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0?sslmode=require",
-                                 "redis+cluster://127.0.0.1:1?foo=1"])
+                                 "redis+cluster://127.0.0.1:1?foo=1",
+                                 "redis+sentinel://127.0.0.1:1/mymaster/0?sslmode=require",
+                                 "rediss+sentinel://127.0.0.1:1/mymaster?min_other_sentinels=1&foo=1"])
 def test_an_unknown_option_is_named_before_connecting(url: str) -> None:
     for connect in (connection.connect, connection.connect_async):
         with pytest.raises(errors.InvalidArgument, match=r"unknown query option '(sslmode|foo)'"):
             connect(url)
+
+
+@pytest.mark.parametrize("url, option, got, allowed", [
+    ("redis://127.0.0.1:1/0?socket_timeout=abc", "socket_timeout", "'abc'", "a number of seconds"),
+    ("redis://127.0.0.1:1/0?socket_connect_timeout=nan", "socket_connect_timeout", "'nan'",
+     "a number of seconds"),
+    ("redis+cluster://127.0.0.1:1?max_connections=-1", "max_connections", "'-1'",
+     "a whole number"),
+    ("redis://127.0.0.1:1/0?retry_on_timeout=sometimes", "retry_on_timeout", "'sometimes'",
+     "true or false"),
+    ("redis://127.0.0.1:1/0?protocol=4", "protocol", "'4'", "2 or 3"),
+    ("redis+sentinel://127.0.0.1:1/mymaster/0?socket_timeout=abc", "socket_timeout", "'abc'",
+     "a number of seconds"),
+    ("redis://127.0.0.1:1/0?socket_timeout=" + "x" * 50, "socket_timeout", "(not shown)",
+     "a number of seconds"),
+])
+def test_a_bad_option_value_is_named_before_connecting(url: str, option: str, got: str,
+                                                       allowed: str) -> None:
+    """A value redis-py cannot take was refused only at connect time (the operator reported
+    an unreachable Redis), and one it reads wrongly (any text is a true boolean) passed."""
+    for connect in (connection.connect, connection.connect_async):
+        with pytest.raises(errors.InvalidArgument) as info:
+            connect(url)
+        assert f"query option {option}: got {got}; must be {allowed}" in str(info.value)
+
+
+def test_good_option_values_pass() -> None:
+    redis_urls.check_url_options("redis://h:6379/0?socket_timeout=0.5&socket_keepalive=yes"
+                                 "&protocol=3&max_connections=10&retry_on_timeout=&db=2")
+
+
+def test_a_value_that_may_be_part_of_a_password_is_not_shown() -> None:
+    with pytest.raises(errors.InvalidArgument) as info:
+        redis_urls.check_url_options("redis://:pa?socket_timeout=secret&x=@h:6379/0")
+    assert "secret" not in str(info.value) and "(not shown)" in str(info.value)
 
 
 def test_an_option_name_that_may_be_a_password_is_not_shown() -> None:
@@ -56,13 +95,21 @@ def test_an_option_name_that_may_be_a_password_is_not_shown() -> None:
     assert "ss/word" not in str(info.value) and "(not shown)" in str(info.value)
 
 
-def test_the_command_line_names_an_unknown_option() -> None:
+@pytest.mark.parametrize("sentinel", [False, True], ids=["redis", "sentinel"])
+@pytest.mark.parametrize("query, said", [
+    ("sslmode=require", "unknown query option 'sslmode'"),
+    ("socket_timeout=abc", "query option socket_timeout: got 'abc'; must be a number of seconds"),
+])
+def test_the_command_line_names_a_bad_option(query: str, said: str, sentinel: bool) -> None:
     with running_redis() as server:
-        proc = subprocess.run([*ANTRE, "stats", "--redis-url", f"{server.url}?sslmode=require"],
+        url = (f"redis+sentinel://127.0.0.1:{server.port}/mymaster/0?{query}" if sentinel
+               else f"{server.url}?{query}")
+        proc = subprocess.run([*ANTRE, "stats", "--redis-url", url],
                               capture_output=True, text=True, env=child_env(), timeout=30,
                               check=False)
     assert proc.returncode == 2, proc.stderr
-    assert "unknown query option 'sslmode'" in proc.stderr and "Traceback" not in proc.stderr
+    assert said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 def connections_received(server_url: str) -> int:

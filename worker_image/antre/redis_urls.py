@@ -8,6 +8,9 @@ Sentinel URLs have their own parser (:mod:`antre.sentinel_urls`).
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Callable, Iterable
 from typing import Final
 from urllib.parse import parse_qsl
 
@@ -42,14 +45,62 @@ def require_tls(url: str) -> None:
             f"connecting")
 
 
-def check_url_options(url: str) -> None:
-    """Refuse a query option redis-py would not take (``?sslmode=require``, a typo), naming it
-    (never its value)."""
-    query = url.partition("?")[2].partition("#")[0]
-    for name, _ in parse_qsl(query, keep_blank_values=True):
-        if name not in URL_OPTIONS:
+def _whole(text: str) -> bool:
+    return re.fullmatch(r"[0-9]{1,9}", text) is not None
+
+
+def _seconds(text: str) -> bool:
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return math.isfinite(value) and value >= 0
+
+
+#: redis-py's own spellings of a boolean (``to_bool``), and the empty value (its default).
+_BOOLEANS: Final = frozenset({"", "0", "1", "f", "false", "n", "no", "t", "true", "y", "yes"})
+
+#: The options redis-py converts from text, each with its check and what it allows: a value it
+#: cannot convert would otherwise fail only at connect time (and pass for an unreachable Redis),
+#: and one it converts wrongly (any text is a true boolean to it) would pass silently.
+_VALUE_CHECKS: Final[dict[str, tuple[Callable[[str], bool], str]]] = {
+    **{name: (_whole, "a whole number from 0 to 999999999")
+       for name in ("db", "socket_read_size", "max_connections", "health_check_interval",
+                    "ssl_min_version")},
+    "protocol": (lambda text: text in ("2", "3"), "2 or 3"),
+    **{name: (_seconds, "a number of seconds >= 0 (e.g. 5 or 0.5)")
+       for name in ("socket_timeout", "socket_connect_timeout", "timeout")},
+    **{name: (lambda text: text.lower() in _BOOLEANS, "true or false (or yes/no, 1/0)")
+       for name in ("socket_keepalive", "retry_on_timeout", "ssl_check_hostname")},
+}
+#: Longest option value quoted in a message.
+_MAX_SHOWN_CHARS: Final = 40
+
+
+def check_options(pairs: Iterable[tuple[str, str]], *, allowed: frozenset[str],
+                  show_values: bool = True) -> None:
+    """Refuse a query option not in ``allowed`` (naming it, never its value), or one whose
+    value redis-py cannot take (naming it, the value unless ``show_values`` is false or it is
+    long, and what it allows). The messages start with the option: callers say where."""
+    for name, value in pairs:
+        if name not in allowed:
             # A name that is no identifier may be part of a password with an unescaped '?'.
             shown = repr(name) if name.isidentifier() and len(name) <= 40 else "(not shown)"
             raise errors.InvalidArgument(
-                f"redis url: unknown query option {shown}; the options are "
-                f"{', '.join(sorted(URL_OPTIONS))}")
+                f"unknown query option {shown}; the options are {', '.join(sorted(allowed))}")
+        check = _VALUE_CHECKS.get(name)
+        if check is not None and not check[0](value):
+            got = repr(value) if show_values and len(value) <= _MAX_SHOWN_CHARS else "(not shown)"
+            raise errors.InvalidArgument(f"query option {name}: got {got}; must be {check[1]}")
+
+
+def check_url_options(url: str) -> None:
+    """Refuse a query option redis-py would not take (``?sslmode=require``, a typo), or a
+    value it would not take (``?socket_timeout=abc``), in one line naming the option."""
+    query = url.partition("?")[2].partition("#")[0]
+    try:
+        # An '@' after the '?' means the '?' may be a password's, unescaped: no value shown.
+        check_options(parse_qsl(query, keep_blank_values=True), allowed=URL_OPTIONS,
+                      show_values="@" not in query)
+    except errors.InvalidArgument as exc:
+        raise errors.InvalidArgument(f"redis url: {exc}") from None

@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 import redis.connection
 
-from antre import errors
+from antre import errors, redis_urls
 
 SCHEMES: Final = {"redis+sentinel": "redis", "rediss+sentinel": "rediss"}
 DEFAULT_PORT: Final = 26379
@@ -108,6 +108,9 @@ def parse_url(url: str) -> SentinelUrl:
     pairs = parse_qsl(query, keep_blank_values=True)
     sentinel_query = {name: value for name, value in pairs if name in SENTINEL_QUERY_KEYS}
     server_query = [(name, value) for name, value in pairs if name not in SENTINEL_QUERY_KEYS]
+    # redis-py would hand an unknown name to its connection class: a TypeError at connect.
+    redis_urls.check_options(server_query,
+                             allowed=redis_urls.URL_OPTIONS | frozenset(SENTINEL_QUERY_KEYS))
     # redis-py parses the servers' options as for a redis:// URL with the same user info,
     # percent-encoded again so that a '/', '?', '#' or '@' in the password stays in it.
     server_url = f"{base}://{_encoded_userinfo(userinfo) + '@' if at else ''}sentinel/{db}"
@@ -132,7 +135,7 @@ def parse_url(url: str) -> SentinelUrl:
         if sentinel_query.get(f"sentinel_{name}"):
             sentinel_options[name] = sentinel_query[f"sentinel_{name}"]
     minimum = sentinel_query.get("min_other_sentinels", "0")
-    if not minimum.isdigit():
+    if not (minimum.isascii() and minimum.isdigit()):
         raise errors.InvalidArgument(f"min_other_sentinels: got {minimum!r}; must be an integer "
                                      ">= 0")
     return SentinelUrl(sentinels=sentinels, service=service, tls=tls, server_options=options,
