@@ -208,12 +208,19 @@ _POD_FIELDS_FROM_SPEC: Final = {
     "metadata.annotations": "spec.worker.podAnnotations",
 }
 _TEMPLATE_PATH: Final = re.compile(r"\bspec\.(?:jobTemplate\.spec\.)?template\.([\w.\[\]]+)")
+#: Fields of a child outside its pod template that come straight from the JobQueue's spec.
+_CHILD_FIELDS_FROM_SPEC: Final = {"spec.schedule": "spec.reaper.schedule"}
+_CHILD_PATH: Final = re.compile(r"(?<![\w.])(spec\.schedule)\b")
 
 
 def spec_fields_named(message: str) -> list[str]:
-    """The JobQueue fields behind the pod-template paths an API server's refusal names
-    (``spec.template.spec.affinity.nodeAffinity...`` -> ``spec.worker.affinity``), in order."""
+    """The JobQueue fields behind the child paths an API server's refusal names
+    (``spec.template.spec.affinity.nodeAffinity...`` -> ``spec.worker.affinity``,
+    a CronJob's ``spec.schedule`` -> ``spec.reaper.schedule``)."""
     found: list[str] = []
+    for match in _CHILD_PATH.finditer(message):
+        if _CHILD_FIELDS_FROM_SPEC[match.group(1)] not in found:
+            found.append(_CHILD_FIELDS_FROM_SPEC[match.group(1)])
     for match in _TEMPLATE_PATH.finditer(message):
         path = match.group(1)
         for child_field, jobqueue_field in _POD_FIELDS_FROM_SPEC.items():

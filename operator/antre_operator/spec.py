@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from antre import errors, keys, redis_urls, sentinel_urls
 
-from antre_operator import settings
+from antre_operator import schedules, settings
 
 REDIS_SCHEMES: Final = ("redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster",
                          "rediss+cluster")
@@ -47,34 +47,6 @@ REFUSED_POD_ANNOTATION_RE: Final = re.compile(
     r"^([^/]*[.])?security[.](alpha|beta)[.]kubernetes[.]io/")
 #: A key of a Secret's data, as the API server allows them (and never a path).
 SECRET_KEY_RE: Final = re.compile(r"^[-._a-zA-Z0-9]+$")
-#: The shape of the CronJob schedules the CRD admits: a macro, or five fields (the same pattern
-#: is in crds/jobqueues.antre.dev.yaml). What each field may hold is in CRON_FIELDS.
-SCHEDULE_RE: Final = re.compile(
-    r"^(@(annually|yearly|monthly|weekly|daily|hourly|midnight)|\s*\S+(\s+\S+){4}\s*)$")
-
-
-def _cron_field(values: str, wildcard: str) -> str:
-    """One field as robfig/cron (the CronJob API's parser) reads it: a list of ``*``, values or
-    ranges, each with an optional positive ``/step``. No backslashes: the same text is a CEL
-    string in the CRD."""
-    atom = f"({wildcard}|({values})(-({values}))?)(/0*[1-9][0-9]*)?"
-    return f"^{atom}(,{atom})*$"
-
-
-#: (name, what it takes, full-match pattern) of each of the five fields. The CRD has one CEL
-#: rule per field with the same pattern (a test keeps them equal), so the API server refuses a
-#: schedule the CronJob API would refuse, and says which field is wrong.
-CRON_FIELDS: Final = (
-    ("minute", "0-59", _cron_field("[0-5]?[0-9]", "[*]")),
-    ("hour", "0-23", _cron_field("[01]?[0-9]|2[0-3]", "[*]")),
-    ("day-of-month", "1-31 or ?", _cron_field("0?[1-9]|[12][0-9]|3[01]", "[*?]")),
-    ("month", "1-12 or jan-dec", _cron_field(
-        "0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)", "[*]")),
-    ("day-of-week", "0-6 or sun-sat or ?", _cron_field(
-        "0?[0-6]|(?i:sun|mon|tue|wed|thu|fri|sat)", "[*?]")),
-)
-#: A numeric range, whose start must not be after its end ("5-1" is refused by the CronJob API).
-CRON_RANGE_RE: Final = re.compile(r"([0-9]+)-([0-9]+)")
 #: Environment variables the operator sets itself; a user value would silently fight ours.
 RESERVED_ENV_PREFIXES: Final = ("ANTRE_",)
 RESERVED_ENV_NAMES: Final = frozenset({"POD_NAME"})
@@ -516,25 +488,9 @@ def _parse_autoscaling(spec: Mapping[str, Any]) -> ScalingPolicy:
 
 def check_schedule(schedule: str, field: str) -> None:
     """Refuse a schedule the CronJob API would refuse, naming the field of the schedule."""
-    if not SCHEDULE_RE.match(schedule):
-        raise InvalidSpec(field, schedule,
-                          "must be a 5-field cron schedule such as '* * * * *' or one of "
-                          "@annually, @yearly, @monthly, @weekly, @daily, @midnight, @hourly")
-    if schedule.startswith("@"):
-        return
-    for (name, allowed, pattern), value in zip(CRON_FIELDS, schedule.split(), strict=True):
-        if not re.match(pattern, value):
-            raise InvalidSpec(field, schedule, cron_field_message(name, allowed))
-    for start, end in CRON_RANGE_RE.findall(schedule):
-        if int(start) > int(end):
-            raise InvalidSpec(field, schedule, CRON_RANGE_MESSAGE)
-
-
-def cron_field_message(name: str, allowed: str) -> str:
-    return (f"the {name} field takes {allowed}, *, ranges (a-b), lists (a,b) and steps (/n)")
-
-
-CRON_RANGE_MESSAGE: Final = "a range a-b needs a <= b"
+    problem = schedules.schedule_problem(schedule)
+    if problem is not None:
+        raise InvalidSpec(field, schedule, problem)
 
 
 def _parse_reaper(spec: Mapping[str, Any]) -> ReaperSpec:

@@ -269,6 +269,9 @@ def test_with_tls_every_pod_refuses_a_plain_url_itself() -> None:
                  ["spec.worker.nodeSelector"], id="named-once"),
     pytest.param('Deployment.apps "q-worker" is invalid: spec.template.spec.containers[0].image:'
                  ' Required value', [], id="not-from-a-free-form-field"),
+    pytest.param('CronJob.batch "q-reaper" is invalid: spec.schedule: Invalid value: '
+                 '"* * * dec-jan *": failed to parse int from dec-jan: beyond end of range',
+                 ["spec.reaper.schedule"], id="cronjob-schedule"),
     pytest.param("the server could not find the requested resource", [], id="no-path"),
 ])
 def test_a_refusal_names_the_jobqueue_fields_behind_the_childs_paths(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from antre_operator import settings, spec
+from antre_operator import schedules, settings
 
 
 def test_names_scope_and_version(crd: dict[str, Any]) -> None:
@@ -42,10 +42,11 @@ def test_no_default_on_status(crd_schema: dict[str, Any]) -> None:
 def test_schedule_rules_use_the_operators_field_patterns(crd_schema: dict[str, Any]) -> None:
     reaper = crd_schema["properties"]["spec"]["properties"]["reaper"]["properties"]
     schedule = reaper["schedule"]
-    assert schedule["pattern"] == spec.SCHEDULE_RE.pattern
+    assert schedule["pattern"] == schedules.SCHEDULE_RE.pattern
     rules = schedule["x-kubernetes-validations"]
-    for index, (name, allowed, pattern) in enumerate(spec.CRON_FIELDS):
+    for index, (name, allowed, largest_step, pattern) in enumerate(schedules.CRON_FIELDS):
         assert f'[{index}].matches("{pattern}")' in rules[index]["rule"], name
         assert rules[index]["message"] == (
-            f"spec.reaper.schedule: {spec.cron_field_message(name, allowed)}")
-    assert rules[-1]["message"] == f"spec.reaper.schedule: {spec.CRON_RANGE_MESSAGE}"
+            f"spec.reaper.schedule: {schedules.cron_field_message(name, allowed, largest_step)}")
+    assert rules[-1]["rule"] == schedules.CRON_RANGE_RULE
+    assert rules[-1]["message"] == f"spec.reaper.schedule: {schedules.CRON_RANGE_MESSAGE}"
