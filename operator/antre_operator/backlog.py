@@ -50,11 +50,12 @@ NO_REDIS_MESSAGE: Final = (
     "no Redis answered (the connection was refused, timed out or closed, the server does not "
     "speak Redis or TLS as the URL says, or it refused the credentials; the operator's log has "
     "the cause)")
-#: Failures before Redis answered as Redis: one message for all of them. The last four are a
-#: reply of a shape no Redis running antre's scripts gives (another server, or a hostile one).
+#: Failures before Redis answered as Redis: one message for all of them. The last five are a
+#: reply of a shape no Redis running antre's scripts gives (another server, or a hostile one;
+#: the parsers bound every number, ArithmeticError is the backstop for one they did not).
 _NO_REDIS: Final = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                     redis.exceptions.InvalidResponse, antre.RedisUnavailable, OSError,
-                    TimeoutError, IndexError, KeyError, TypeError, ValueError)
+                    TimeoutError, IndexError, KeyError, TypeError, ValueError, ArithmeticError)
 
 
 @dataclasses.dataclass(frozen=True)

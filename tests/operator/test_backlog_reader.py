@@ -23,6 +23,7 @@ from antre.protocol.claim import claim_op
 from antre.protocol.extend_lease import extend_lease_op
 from antre.settings import QueueSettings, WorkerSettings
 from antre_operator import backlog, reply_cap
+from hostile_redis import bulk, depth_reply, flooding_server
 from redis_servers import free_port, running_redis, script_calls
 
 
@@ -174,51 +175,6 @@ async def test_a_closed_port_reads_like_a_foreign_server() -> None:
     assert "Error 111" in error.detail, error.detail  # the log has the cause
 
 
-@contextlib.asynccontextmanager
-async def flooding_server(reply_bytes: int, answers: dict[bytes, bytes] | None = None,
-                          ) -> AsyncIterator[tuple[int, list[int]]]:
-    """A server that speaks Redis for the handshake (HELLO, CLIENT), answers the commands of
-    ``answers`` as given, then any other command with one bulk string of ``reply_bytes``, sent
-    as long as its client reads. Yields its port and a list that receives the bytes it managed
-    to send."""
-    sent: list[int] = []
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
-            while True:
-                count = int((await reader.readline())[1:])
-                words = []
-                for _ in range(count):
-                    size = int((await reader.readline())[1:])
-                    words.append((await reader.readexactly(size + 2))[:-2].upper())
-                if words[0] == b"HELLO":
-                    writer.write(b"%3\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n"
-                                 b"$5\r\n7.0.0\r\n$5\r\nproto\r\n:3\r\n")
-                elif words[0] == b"PING":
-                    writer.write(b"+PONG\r\n")
-                elif words[0] in (b"CLIENT", b"SELECT"):
-                    writer.write(b"+OK\r\n")
-                elif words[0] in (answers or {}):
-                    writer.write((answers or {})[words[0]])
-                else:
-                    writer.write(b"$%d\r\n" % reply_bytes)
-                    chunk, left = b"0" * (1 << 20), reply_bytes
-                    while left > 0:
-                        writer.write(chunk[:left])
-                        left -= len(chunk)
-                        await writer.drain()
-                        sent.append(len(chunk[:left + len(chunk)]))
-                    writer.write(b"\r\n")
-                await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    try:
-        yield server.sockets[0].getsockname()[1], sent
-    finally:
-        server.close()
-
-
 async def test_a_reply_larger_than_any_queue_needs_is_not_read() -> None:
     """One operator serves every JobQueue: a Redis a JobQueue names (its author's own server)
     must not be able to fill the operator's memory by answering the depth read with hundreds of
@@ -262,7 +218,7 @@ async def test_a_hostile_eviction_policy_is_not_quoted() -> None:
     that carries it is far below what the API server accepts."""
     policy = b"A" * (7 * 1024 * 1024)
     info = b"# Memory\r\nmaxmemory_policy:" + policy + b"\r\n"
-    answers = {b"INFO": b"$%d\r\n%s\r\n" % (len(info), info)}
+    answers = {b"INFO": bulk(info)}
     async with flooding_server(10, answers) as (port, _):
         reader = backlog.QueueReader(f"redis://127.0.0.1:{port}/0", queue="q", prefix="antre",
                                      timeout_s=30)
@@ -273,3 +229,42 @@ async def test_a_hostile_eviction_policy_is_not_quoted() -> None:
     assert warning is not None and "AAAA" not in warning and len(warning) < 400, warning[:400]
     assert "not a policy Redis knows" in warning
 
+
+
+HUGE = b"9" * 400
+
+
+@pytest.mark.parametrize("reply", [
+    pytest.param(depth_reply(oldest_age_ms=HUGE), id="oldest-age"),
+    pytest.param(depth_reply(ready=HUGE), id="ready-count"),
+])
+async def test_a_huge_number_in_the_depth_reply_reads_as_no_redis(reply: bytes) -> None:
+    """A 400-digit count in an otherwise well-formed reply: "no Redis answered", like any reply
+    of a shape no Redis gives, not an OverflowError out of the reader (or out of the scaling
+    maths the count would reach)."""
+    async with flooding_server(10, {b"EVALSHA": reply}) as (port, _):
+        error = await read_error(port, timeout_s=5)
+    assert str(error) == f"redis://127.0.0.1:{port}/0: {backlog.NO_REDIS_MESSAGE}"
+    assert "out of range" in error.detail and "999" not in error.detail, error.detail
+
+
+@pytest.mark.parametrize("registry", [
+    pytest.param(b"*3\r\n" + bulk(HUGE) + b":0\r\n:-2\r\n", id="server-time"),
+    pytest.param(b"*7\r\n:1\r\n:0\r\n:-2\r\n$1\r\nw\r\n$3\r\ninf\r\n"
+                 + bulk(b'{"pod": "p", "in_flight": 1' + b"0" * 400 + b"}") + b":1\r\n",
+                 id="worker-entry"),
+])
+async def test_a_huge_number_in_the_worker_registry_fails_no_read(registry: bytes) -> None:
+    """In the registry's own numbers it fails the read like the depth's; in one worker's
+    entry it makes that entry unreadable (as a bad entry always did), not the read."""
+    async with flooding_server(10, {b"EVALSHA": registry, b"ZRANGE": b"*0\r\n"}) as (port, _):
+        reader = backlog.QueueReader(f"redis://127.0.0.1:{port}/0", queue="q", prefix="antre",
+                                     timeout_s=5)
+        try:
+            if registry.startswith(b"*3"):
+                with pytest.raises(backlog.RedisReadError, match="no Redis answered"):
+                    await reader.jobs_in_flight_by_pod()
+            else:
+                assert await reader.jobs_in_flight_by_pod() == {}
+        finally:
+            await reader.close()

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from antre_operator import kube, rendering, settings
+from hostile_redis import depth_reply, flooding_server
 from operator_fakes import JOBQUEUE_UID, FakeKube, closing, jobqueue_body, reconciler
 from redis_servers import free_port
 
@@ -428,3 +429,23 @@ async def test_a_refused_status_is_not_sent_again_at_every_poll(
                                 generation=2)
         await rec.step(changed)
         assert status_writes() == 2, "a different status is sent at once"
+
+
+async def test_a_huge_count_from_redis_is_a_condition_not_a_failed_step(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Redis of the JobQueue author's own answers the depth read with a 400-digit count: the
+    step ends as for any Redis that does not answer as Redis (the status says so), instead of
+    an OverflowError that left the last status standing, poll after poll."""
+    fake = FakeKube()
+    rec, events = reconciler(monkeypatch, fake, namespace=NS, name="huge")
+    async with flooding_server(10, {b"EVALSHA": depth_reply(ready=b"9" * 400)}) as (port, _):
+        body = jobqueue_body("huge", NS, {"redis": {"url": f"redis://127.0.0.1:{port}/0"},
+                                          "autoscaling": {"enabled": False}, "replicas": 1})
+        fake.put(settings.KIND, NS, "huge", body)
+        async with closing(rec):
+            await rec.step(body)
+    live = fake.live(settings.KIND, NS, "huge")
+    assert live is not None
+    reachable = {c["type"]: c for c in live["status"]["conditions"]}["RedisReachable"]
+    assert reachable["status"] == "False" and "no Redis answered" in reachable["message"]
+    assert [e for e in events if e["reason"] == "RedisUnreachable"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from antre.protocol.replies import bounded_int
 from antre.protocol.scripts import Op, load
 from antre.settings import QueueSettings
 
@@ -40,14 +41,15 @@ def depth_op(settings: QueueSettings) -> Op[Depth]:
     k = settings.keys
 
     def parse(reply: list[Any]) -> Depth:
+        # Bounded: a hostile server's huge number fails the read (ValueError), not the caller.
+        counts = [bounded_int(value) for value in reply[:9]]
         stats = reply[9]
         return Depth(
-            now_ms=int(reply[0]), ready=int(reply[1]), processing=int(reply[2]),
-            expired_leases=int(reply[3]), scheduled=int(reply[4]), due=int(reply[5]),
-            dead=int(reply[6]),
-            oldest_ready_age_s=None if int(reply[7]) < 0 else int(reply[7]) / 1000,
-            workers=int(reply[8]),
-            counters={stats[i]: int(stats[i + 1]) for i in range(0, len(stats), 2)},
+            now_ms=counts[0], ready=counts[1], processing=counts[2],
+            expired_leases=counts[3], scheduled=counts[4], due=counts[5], dead=counts[6],
+            oldest_ready_age_s=None if counts[7] < 0 else counts[7] / 1000,
+            workers=counts[8],
+            counters={stats[i]: bounded_int(stats[i + 1]) for i in range(0, len(stats), 2)},
         )
 
     return Op(load("depth"),

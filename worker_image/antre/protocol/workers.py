@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from antre.protocol.replies import bounded_int
 from antre.protocol.scripts import Op, load
 from antre.settings import QueueSettings
 
@@ -54,7 +55,7 @@ def workers_op(settings: QueueSettings) -> Op[WorkerRegistry]:
     k = settings.keys
 
     def parse(reply: list[Any]) -> WorkerRegistry:
-        now = int(reply[0])
+        now = bounded_int(reply[0])
         entries, unreadable = [], []
         for i in range(3, len(reply), 4):
             # One unreadable entry (another version, a hand edit) must not hide the others.
@@ -62,20 +63,20 @@ def workers_op(settings: QueueSettings) -> Op[WorkerRegistry]:
                 raw = json.loads(reply[i + 2])
                 entries.append(WorkerEntry(
                     worker_id=str(reply[i]), pod=str(raw.get("pod", "")),
-                    host=str(raw.get("host", "")), pid=int(raw.get("pid", 0)),
-                    in_flight=int(raw.get("in_flight", 0)),
-                    concurrency=int(raw.get("concurrency", 0)),
-                    last_beat_ms=int(float(reply[i + 1])),
-                    started_at_ms=int(raw.get("started_at_ms", 0)), read_at_ms=now,
-                    stuck_threads=int(raw.get("stuck_threads", 0)),
+                    host=str(raw.get("host", "")), pid=bounded_int(raw.get("pid", 0)),
+                    in_flight=bounded_int(raw.get("in_flight", 0)),
+                    concurrency=bounded_int(raw.get("concurrency", 0)),
+                    last_beat_ms=bounded_int(float(reply[i + 1])),
+                    started_at_ms=bounded_int(raw.get("started_at_ms", 0)), read_at_ms=now,
+                    stuck_threads=bounded_int(raw.get("stuck_threads", 0)),
                     kept_lock_jobs=tuple(str(job) for job in raw.get("kept_locks") or ()),
                     claims_queued_fields=int(reply[i + 3]) == 1,
                 ))
             except (ValueError, TypeError, AttributeError):
                 unreadable.append(str(reply[i]))
-        hashes_for_ms = int(reply[2])
+        hashes_for_ms = bounded_int(reply[2])
         return WorkerRegistry(entries=entries, unreadable=unreadable,
-                              queued_fields=int(reply[1]),
+                              queued_fields=bounded_int(reply[1]),
                               hashes_for_ms=None if hashes_for_ms == -2 else hashes_for_ms)
 
     return Op(load("workers"), [k.workers, k.field_readers, k.queued, k.earlier_workers],

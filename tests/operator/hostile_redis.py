@@ -1,0 +1,65 @@
+"""Servers that pass for Redis and answer as no Redis running antre's scripts would: the
+hostile Redis of a JobQueue author, for the operator's reader and reconciler tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+
+@contextlib.asynccontextmanager
+async def flooding_server(reply_bytes: int, answers: dict[bytes, bytes] | None = None,
+                          ) -> AsyncIterator[tuple[int, list[int]]]:
+    """A server that speaks Redis for the handshake (HELLO, CLIENT), answers the commands of
+    ``answers`` as given, then any other command with one bulk string of ``reply_bytes``, sent
+    as long as its client reads. Yields its port and a list that receives the bytes it managed
+    to send."""
+    sent: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while True:
+                count = int((await reader.readline())[1:])
+                words = []
+                for _ in range(count):
+                    size = int((await reader.readline())[1:])
+                    words.append((await reader.readexactly(size + 2))[:-2].upper())
+                if words[0] == b"HELLO":
+                    writer.write(b"%3\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n"
+                                 b"$5\r\n7.0.0\r\n$5\r\nproto\r\n:3\r\n")
+                elif words[0] == b"PING":
+                    writer.write(b"+PONG\r\n")
+                elif words[0] in (b"CLIENT", b"SELECT"):
+                    writer.write(b"+OK\r\n")
+                elif words[0] in (answers or {}):
+                    writer.write((answers or {})[words[0]])
+                else:
+                    writer.write(b"$%d\r\n" % reply_bytes)
+                    chunk, left = b"0" * (1 << 20), reply_bytes
+                    while left > 0:
+                        writer.write(chunk[:left])
+                        left -= len(chunk)
+                        await writer.drain()
+                        sent.append(len(chunk[:left + len(chunk)]))
+                    writer.write(b"\r\n")
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1], sent
+    finally:
+        server.close()
+
+
+def bulk(data: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def depth_reply(*, ready: bytes = b"0", oldest_age_ms: bytes = b"-1") -> bytes:
+    """The depth script's reply (now, ready, processing, expired, scheduled, due, dead, oldest
+    ready age, workers, counters), with ``ready`` and the age as given (bulk strings)."""
+    items = [b":1\r\n", bulk(ready), *[b":0\r\n"] * 5, bulk(oldest_age_ms), b":0\r\n",
+             b"*0\r\n"]
+    return b"*%d\r\n" % len(items) + b"".join(items)
