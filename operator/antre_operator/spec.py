@@ -341,8 +341,8 @@ def check_redis_url(url: str, *, field: str, tls: bool) -> None:
                           "percent-encoded)")
     if not parts.hostname:
         raise InvalidSpec(field, REDACTED, "must name a host, e.g. redis://redis:6379/0")
-    try:  # its message names the option, never its value
-        redis_urls.check_url_options(url)
+    try:  # its messages never show a password or a value that may hold one
+        redis_urls.check_url(url)
     except errors.InvalidArgument as exc:
         raise InvalidSpec(field, REDACTED, str(exc).removeprefix("redis url: ")) from None
 

@@ -222,3 +222,13 @@ def test_a_bad_url_option_value_is_a_clear_spec_error(url: str) -> None:
     assert info.value.field == "spec.redis.url"
     assert "query option socket_timeout: got 'abc'; must be a number of seconds" in str(
         info.value)
+
+
+@pytest.mark.parametrize("path", ["abc", "1x", "0/1"])
+def test_a_database_path_that_is_not_a_number_is_a_clear_spec_error(path: str) -> None:
+    """Not jobs written quietly to database 0 (or 1, for /0/1) while the operator reads
+    another: spec.redis.url, the path, and what it may be."""
+    with pytest.raises(spec.InvalidSpec) as info:
+        parse(sample(MINIMAL, redis={"url": f"redis://r:6379/{path}"}))
+    assert info.value.field == "spec.redis.url"
+    assert f"database {path!r}: the path must be a database number" in str(info.value)

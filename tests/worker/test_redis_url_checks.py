@@ -89,6 +89,47 @@ def test_a_value_that_may_be_part_of_a_password_is_not_shown() -> None:
     assert "secret" not in str(info.value) and "(not shown)" in str(info.value)
 
 
+@pytest.mark.parametrize("url, shown", [
+    ("redis://127.0.0.1:1/abc", "'abc'"),
+    ("redis://127.0.0.1:1/1x", "'1x'"),
+    ("redis://127.0.0.1:1/0/1", "'0/1'"),
+    ("rediss://127.0.0.1:1//?socket_timeout=1", "'/'"),
+    ("redis+cluster://127.0.0.1:1/db0", "'db0'"),
+    ("redis://:pa/ss@127.0.0.1:1/" + "x" * 50, "(not shown)"),
+])
+def test_a_database_path_that_is_not_a_number_is_refused(url: str, shown: str) -> None:
+    """redis-py used database 0 for /abc and /1x, and database 1 for /0/1 (the digits run
+    together), so jobs went quietly to another database than the operator reads."""
+    for connect in (connection.connect, connection.connect_async):
+        with pytest.raises(errors.InvalidArgument) as info:
+            connect(url)
+        message = str(info.value)
+        assert message.startswith(f"redis url: database {shown}: the path must be a database "
+                                  f"number"), message
+        assert "pa/ss" not in message
+
+
+@pytest.mark.parametrize("url", ["redis://h:6379", "redis://h:6379/", "redis://h:6379/15",
+                                 "rediss://:pa/ss@h:6379/0", "unix:///run/redis.sock?db=2",
+                                 "redis+cluster://h:6379/0?socket_timeout=1"])
+def test_a_database_path_that_is_a_number_passes(url: str) -> None:
+    redis_urls.check_url(url)
+
+
+def test_the_command_line_refuses_a_database_path_and_writes_nothing() -> None:
+    with running_redis() as server:
+        proc = subprocess.run([*ANTRE, "enqueue", "t", "{}", "--queue", "DBTEST",
+                               "--redis-url", f"{server.url.rsplit('/', 1)[0]}/abc"],
+                              capture_output=True, text=True, env=child_env(), timeout=30,
+                              check=False)
+        keys = redis.Redis.from_url(server.url).dbsize()
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "antre enqueue: redis url: database 'abc': the path must be a database number from 0 to "
+        "999999999 and nothing else (e.g. redis://host:6379/0), or empty for 0"], proc.stderr
+    assert keys == 0, "nothing was enqueued in database 0"
+
+
 def test_an_option_name_that_may_be_a_password_is_not_shown() -> None:
     with pytest.raises(errors.InvalidArgument) as info:
         redis_urls.check_url_options("redis://:pa?ss/word@h:6379/0")

@@ -125,7 +125,7 @@ def connect(url: str, **overrides: Any) -> Any:
     if sentinel_urls.is_sentinel_url(url):
         parsed = _parse_sentinel(url)
         return sentinel.connect(parsed, _sentinel_options(parsed, overrides))
-    redis_urls.check_url_options(url)
+    redis_urls.check_url(url)
     try:
         if cluster:
             options = _options(real_url, **overrides)
@@ -142,7 +142,7 @@ def connect_async(url: str, **overrides: Any) -> Any:
     if sentinel_urls.is_sentinel_url(url):
         parsed = _parse_sentinel(url)
         return sentinel.connect_async(parsed, _sentinel_options(parsed, overrides))
-    redis_urls.check_url_options(url)
+    redis_urls.check_url(url)
     try:
         if cluster:
             options = _options(real_url, **overrides)

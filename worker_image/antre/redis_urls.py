@@ -1,5 +1,5 @@
-"""Checks of a Redis URL that need no connection (and import no Redis client): which query
-options it may carry, and whether it uses TLS.
+"""Checks of a Redis URL that need no connection (and import no Redis client): its database
+path, which query options it may carry, and whether it uses TLS.
 
 :mod:`antre.connection` runs them before connecting; the operator's spec parser runs them on a
 JobQueue's URL, so a bad URL is one clear condition there instead of a failure at every poll.
@@ -104,3 +104,31 @@ def check_url_options(url: str) -> None:
                       show_values="@" not in query)
     except errors.InvalidArgument as exc:
         raise errors.InvalidArgument(f"redis url: {exc}") from None
+
+
+#: Schemes whose URL path is the database number (unix:// has the socket's path there, and
+#: takes ?db=; Sentinel URLs have /service/db, checked by their own parser).
+DATABASE_PATH_SCHEMES: Final = ("redis", "rediss", "redis+cluster", "rediss+cluster")
+
+
+def check_database_path(url: str) -> None:
+    """Refuse a path that is not a database number (``/abc``, ``/1x``, ``/0/1``): redis-py
+    would silently use database 0 for the first two and database 1 (the digits run together)
+    for the last, so jobs would go to another database than the operator reads."""
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() not in DATABASE_PATH_SCHEMES:
+        return
+    # After the last '@', as connection.redact reads it: never a piece of the password.
+    location = rest.rpartition("@")[2].partition("?")[0].partition("#")[0]
+    path = location.partition("/")[2]
+    if path and not _whole(path):
+        shown = repr(path) if len(path) <= _MAX_SHOWN_CHARS else "(not shown)"
+        raise errors.InvalidArgument(
+            f"redis url: database {shown}: the path must be a database number from 0 to "
+            f"999999999 and nothing else (e.g. redis://host:6379/0), or empty for 0")
+
+
+def check_url(url: str) -> None:
+    """Every check of a redis://, rediss://, unix:// or cluster URL that needs no connection."""
+    check_database_path(url)
+    check_url_options(url)

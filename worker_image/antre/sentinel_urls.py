@@ -101,7 +101,8 @@ def parse_url(url: str) -> SentinelUrl:
     if not segments or not segments[0]:
         raise errors.InvalidArgument("the service name is missing: put it in the path, e.g. "
                                      "redis+sentinel://s1:26379,s2:26379/mymaster/0")
-    if len(segments) > 2 or (len(segments) == 2 and segments[1] and not segments[1].isdigit()):
+    if len(segments) > 2 or (len(segments) == 2 and segments[1] and not (
+            segments[1].isascii() and segments[1].isdigit())):
         raise errors.InvalidArgument("the path must be /service or /service/db (db a number)")
     service, db = segments[0], (segments[1] if len(segments) == 2 and segments[1] else "0")
 
