@@ -211,22 +211,48 @@ _TEMPLATE_PATH: Final = re.compile(r"\bspec\.(?:jobTemplate\.spec\.)?template\.(
 #: Fields of a child outside its pod template that come straight from the JobQueue's spec.
 _CHILD_FIELDS_FROM_SPEC: Final = {"spec.schedule": "spec.reaper.schedule"}
 _CHILD_PATH: Final = re.compile(r"(?<![\w.])(spec\.schedule)\b")
+#: A container's fields that come from the JobQueue: its resources (each component has its
+#: own) and, in the worker's, the user's env entries.
+_CONTAINER_PATH: Final = re.compile(r"^spec\.(?:initC|c)ontainers\[[^\]]*\]\.(env|resources)\b")
+#: The child an API server's validation error is about: ``Deployment.apps "q-api" is invalid``.
+_REFUSED_CHILD: Final = re.compile(r'"[^"]*-(worker|api)" is invalid')
+
+
+def _component(message: str, template_path: str) -> str:
+    """The component whose pod template a refusal's path is in: a CronJob's is the reaper's;
+    a Deployment's is named in the message (the worker's when it is not)."""
+    if "jobTemplate" in template_path:
+        return "reaper"
+    named = _REFUSED_CHILD.search(message)
+    return named.group(1) if named else "worker"
 
 
 def spec_fields_named(message: str) -> list[str]:
     """The JobQueue fields behind the child paths an API server's refusal names
     (``spec.template.spec.affinity.nodeAffinity...`` -> ``spec.worker.affinity``,
-    a CronJob's ``spec.schedule`` -> ``spec.reaper.schedule``)."""
+    ``...containers[0].resources.requests`` of the API's Deployment -> ``spec.api.resources``,
+    a CronJob's ``spec.schedule`` -> ``spec.reaper.schedule``), in order."""
     found: list[str] = []
+
+    def add(jobqueue_field: str) -> None:
+        if jobqueue_field not in found:
+            found.append(jobqueue_field)
+
     for match in _CHILD_PATH.finditer(message):
-        if _CHILD_FIELDS_FROM_SPEC[match.group(1)] not in found:
-            found.append(_CHILD_FIELDS_FROM_SPEC[match.group(1)])
+        add(_CHILD_FIELDS_FROM_SPEC[match.group(1)])
     for match in _TEMPLATE_PATH.finditer(message):
         path = match.group(1)
         for child_field, jobqueue_field in _POD_FIELDS_FROM_SPEC.items():
-            within = path == child_field or path.startswith((child_field + ".", child_field + "["))
-            if within and jobqueue_field not in found:
-                found.append(jobqueue_field)
+            if path == child_field or path.startswith((child_field + ".", child_field + "[")):
+                add(jobqueue_field)
+        container = _CONTAINER_PATH.match(path)
+        if container is None:
+            continue
+        component = _component(message, match.group(0))
+        if container.group(1) == "resources":
+            add(f"spec.{component}.resources")
+        elif component == "worker":  # the other containers' env is the operator's alone
+            add("spec.worker.env")
     return found
 
 

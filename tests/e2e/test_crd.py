@@ -31,7 +31,8 @@ def dry_run_create(cluster: Cluster, body: dict[str, Any], namespace: str,
     nothing stored. Returns (accepted, the server's message, the object as it would be)."""
     group_version = body["apiVersion"]
     prefix = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
-    plural = {"JobQueue": "jobqueues", "CronJob": "cronjobs"}[body["kind"]]
+    plural = {"JobQueue": "jobqueues", "CronJob": "cronjobs",
+              "Deployment": "deployments"}[body["kind"]]
     status, answer = cluster.request(
         "POST", f"{prefix}/namespaces/{namespace}/{plural}", body,
         query={"dryRun": "All", "fieldValidation": "Strict"})
@@ -297,3 +298,36 @@ def test_schedules_the_crd_refuses(cluster: Cluster, crds: None, module_namespac
     if schedule in INVALID_SCHEDULES:
         cron_accepted, _, _ = dry_run_create(cluster, cronjob(schedule), module_namespace)
         assert not cron_accepted, "the CronJob API takes it: the CRD need not refuse it"
+
+
+def test_a_refused_child_names_the_jobqueue_field_behind_it(
+        cluster: Cluster, crds: None, module_namespace: str) -> None:
+    """The API server's own refusals of children rendered from free-form JobQueue fields (the
+    CRD and the parser leave resources and env to it), and of a CronJob schedule: ApplyFailed
+    names the JobQueue field behind each."""
+    api = {"enabled": True, "tokenSecretRef": {"name": "api-token"},
+           "resources": {"requests": {"memory": "1Gi"}, "limits": {"memory": "1Mi"}}}
+    body = jobqueue(
+        api=api, reaper={"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}},
+        worker={"handlers": "antre.example_handlers",
+                "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}},
+                "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "Bad_Name",
+                                                                         "key": "k"}}}]})
+    children = rendering.render_children(parse(body, module_namespace), "uid", replicas=1)
+    named = {}
+    for manifest in children.present:
+        if manifest["kind"] == "Service":
+            continue
+        accepted, error, _ = dry_run_create(cluster, manifest, module_namespace)
+        assert not accepted, manifest["metadata"]["name"]
+        named[manifest["metadata"]["name"]] = rendering.spec_fields_named(error)
+    assert named == {"emails-worker": ["spec.worker.env", "spec.worker.resources"],
+                     "emails-reaper": ["spec.reaper.resources"],
+                     "emails-api": ["spec.api.resources"]}, named
+
+    reaper = next(m for m in children.present if m["kind"] == "CronJob")
+    reaper["spec"]["schedule"] = "* * * dec-jan *"  # as a JobQueue admitted before this check
+    reaper["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["resources"] = {}
+    accepted, error, _ = dry_run_create(cluster, reaper, module_namespace)
+    assert not accepted
+    assert rendering.spec_fields_named(error) == ["spec.reaper.schedule"], error

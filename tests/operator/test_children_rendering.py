@@ -255,6 +255,12 @@ def test_with_tls_every_pod_refuses_a_plain_url_itself() -> None:
             assert "ANTRE_REDIS_TLS" not in env_of(manifest)
 
 
+def refused(child: str, error: str, fields: list[str], id_: str) -> Any:
+    """The API server's validation refusal of ``child`` (the reaper's is a CronJob)."""
+    kind = "CronJob.batch" if child.endswith("-reaper") else "Deployment.apps"
+    return pytest.param(f'{kind} "{child}" is invalid: {error}', fields, id=id_)
+
+
 @pytest.mark.parametrize(("message", "fields"), [
     pytest.param('Deployment.apps "q-worker" is invalid: spec.template.spec.affinity.nodeAffinity'
                  '.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]'
@@ -269,9 +275,19 @@ def test_with_tls_every_pod_refuses_a_plain_url_itself() -> None:
                  ["spec.worker.nodeSelector"], id="named-once"),
     pytest.param('Deployment.apps "q-worker" is invalid: spec.template.spec.containers[0].image:'
                  ' Required value', [], id="not-from-a-free-form-field"),
-    pytest.param('CronJob.batch "q-reaper" is invalid: spec.schedule: Invalid value: '
-                 '"* * * dec-jan *": failed to parse int from dec-jan: beyond end of range',
-                 ["spec.reaper.schedule"], id="cronjob-schedule"),
+    refused("q-reaper", 'spec.schedule: Invalid value: "* * * dec-jan *": failed to parse int '
+            'from dec-jan: beyond end of range', ["spec.reaper.schedule"], "cronjob-schedule"),
+    refused("q-worker", 'spec.template.spec.containers[0].resources.requests: Invalid value: '
+            '"2": must be less than or equal to cpu limit of 1', ["spec.worker.resources"],
+            "worker-resources"),
+    refused("q-worker", "spec.template.spec.containers[0].env[9].valueFrom.secretKeyRef.name: "
+            'Invalid value: "Bad_Name"', ["spec.worker.env"], "worker-env"),
+    refused("q-reaper", "spec.jobTemplate.spec.template.spec.containers[0].resources.requests: "
+            'Invalid value: "1Gi"', ["spec.reaper.resources"], "reaper-resources"),
+    refused("q-api", 'spec.template.spec.containers[0].resources.limits[cpu]: Invalid value: "-1"',
+            ["spec.api.resources"], "api-resources"),
+    refused("q-api", "spec.template.spec.containers[0].env[0].valueFrom.secretKeyRef.name: "
+            'Invalid value: "x"', [], "api-env-is-ours"),
     pytest.param("the server could not find the requested resource", [], id="no-path"),
 ])
 def test_a_refusal_names_the_jobqueue_fields_behind_the_childs_paths(
