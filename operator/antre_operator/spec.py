@@ -320,7 +320,7 @@ def check_redis_url(url: str, *, field: str, tls: bool) -> None:
         raise InvalidSpec(field, REDACTED,
                           "spec.redis.tls is true, so the scheme must be rediss://")
     if sentinel_urls.is_sentinel_url(url):
-        try:  # its messages never hold the URL or a password
+        try:  # its messages never hold a password or a host
             sentinel_urls.parse_url(url)
         except errors.InvalidArgument as exc:
             raise InvalidSpec(field, REDACTED, f"must be a valid Sentinel URL: {exc}") from None

@@ -78,9 +78,10 @@ def _encoded_userinfo(userinfo: str) -> str:
 
 
 def parse_url(url: str) -> SentinelUrl:
-    """Parses a ``redis+sentinel://`` URL. Messages never contain any part of the URL (a
-    malformed one may hold a password where a host was expected), so callers may show them as
-    they are."""
+    """Parses a ``redis+sentinel://`` URL. Messages never contain the user info nor the hosts
+    (a malformed URL may hold a password where a host was expected), so callers may show them
+    as they are; a bad option value is quoted (the query follows the last '@': never a piece
+    of the password)."""
     scheme, sep, rest = url.partition("://")
     base = SCHEMES.get(scheme.lower())
     if not sep or base is None:
