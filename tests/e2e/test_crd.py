@@ -8,7 +8,9 @@ Aspects covered:
 * invalid JobQueues are refused by the API server itself, with the field named and the CRD's
   message, and the operator's own parser refuses them too;
 * every reaper schedule the CRD admits is one the CronJob API admits (and the other way round for
-  the cases tried): a schedule the CronJob would refuse never gets past the JobQueue.
+  the cases tried): a schedule the CronJob would refuse never gets past the JobQueue;
+* the API server's refusals of children rendered from free-form fields (resources, env) and of
+  a CronJob schedule name the JobQueue field behind them (what ApplyFailed quotes).
 """
 
 from __future__ import annotations
