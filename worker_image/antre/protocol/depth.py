@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from antre.protocol.replies import bounded_int
-from antre.protocol.scripts import Op, load
+from antre.protocol.scripts import Op, bounded_int, load
 from antre.settings import QueueSettings
 
 

@@ -91,6 +91,28 @@ def check_limit(name: str, value: object, *, low: int = 1, high: int | None = No
         raise errors.InvalidArgument(f"{name}: got {value!r:.100}; must be an integer {allowed}")
 
 
+#: The largest magnitude a number in a script's reply may have: every integer up to it is
+#: exact as a float. Every count or time antre's scripts return is far below it (a job count, a
+#: millisecond timestamp).
+MAX_REPLY_INT: Final = 2**53 - 1
+
+
+def bounded_int(value: Any) -> int:
+    """``int(value)`` of a number in a reply when its magnitude is at most
+    :data:`MAX_REPLY_INT`, else ValueError. A server that answers with more (another server, or
+    a hostile one a JobQueue author runs: a 400-digit count) gives a reply of a shape no Redis
+    running antre's scripts gives: it fails here like any other malformed reply, instead of as
+    an OverflowError in a caller's arithmetic far from the read. The message never quotes the
+    value: it may be megabytes long."""
+    try:
+        number = int(value)
+    except OverflowError:  # int() of an infinite float
+        raise ValueError("a number in a reply is not finite") from None
+    if not -MAX_REPLY_INT <= number <= MAX_REPLY_INT:
+        raise ValueError(f"a number in a reply is out of range (beyond {MAX_REPLY_INT})")
+    return number
+
+
 Lease = tuple[str, int]
 """(job id, lease token): what every settle call carries as its fence."""
 

@@ -8,8 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from antre.protocol.replies import bounded_int
-from antre.protocol.scripts import Op, load
+from antre.protocol.scripts import Op, bounded_int, load
 from antre.settings import QueueSettings
 
 
