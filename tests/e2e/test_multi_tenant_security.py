@@ -379,6 +379,30 @@ def test_the_operators_token_writes_only_what_the_operator_renders(
                              f"/apis/apps/v1/namespaces/{install.namespace}/deployments",
                              disguised, content_type="application/json")
 
+    # Services that pass for a child: only one selecting its JobQueue's API pods, without
+    # external IPs or an external name, is let through.
+    api_selector = {"antre.dev/jobqueue": "owned", "app.kubernetes.io/component": "api"}
+    service = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {**disguised["metadata"], "name": "owned-api"},
+               "spec": {"type": "ClusterIP", "selector": api_selector,
+                        "ports": [{"name": "http", "port": 8080, "targetPort": "http"}]}}
+    for label, spec_change in [
+            ("other pods", {"selector": {"app": "bystander"}}),
+            ("another JobQueue's API", {"selector": {**api_selector,
+                                                     "antre.dev/jobqueue": "other"}}),
+            ("external IPs", {"externalIPs": ["203.0.113.7"]}),
+            ("external name", {"type": "ExternalName", "externalName": "attacker.example",
+                               "selector": None})]:
+        forged = {**service, "spec": {k: v for k, v in {**service["spec"], **spec_change}.items()
+                                      if v is not None}}
+        answer = refused_by_policy(operator, "POST", f"/api/v1/namespaces/{ns}/services",
+                                   forged, content_type="application/json")
+        assert "ValidatingAdmissionPolicy" in answer and "denied request" in answer, (label,
+                                                                                      answer)
+    answer = refused_by_policy(operator, "POST", f"/api/v1/namespaces/{ns}/services?dryRun=All",
+                               service, content_type="application/json")
+    assert answer.endswith("accepted"), answer
+
     # The pods of a JobQueue's workers: the cost annotation and nothing else.
     pods: list[dict[str, Any]] = []
 
