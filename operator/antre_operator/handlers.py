@@ -139,9 +139,14 @@ def _child_changed(kind: str, event: kopf.RawEvent, body: kopf.Body, memo: Any) 
     meta = body.get("metadata") or {}
     key: reconciling.ChildKey = (kind, meta.get("namespace", ""), meta.get("name", ""))
     deleted = event.get("type") == "DELETED"
-    state.remember_child(key, None if deleted else dict(body))
     applied = state.applied.get(key)
     owner = (meta.get("labels") or {}).get(settings.LABEL_JOBQUEUE)
+    if deleted and applied is None and not (owner and state.serves(key[1], owner)):
+        # No JobQueue here will ask for it: keep no "known to be absent" marker, or every
+        # labelled object ever deleted would stay in memory.
+        state.children.pop(key, None)
+        return
+    state.remember_child(key, None if deleted else dict(body))
     if applied is None or owner is None:
         return
     if deleted or applied.edited_by_hand(body):

@@ -162,6 +162,10 @@ class OperatorState:
             return
         self.children[key] = None if body is None else json.loads(json.dumps(body))
 
+    def serves(self, namespace: str, name: str) -> bool:
+        """Whether the JobQueue is one this process has seen and not forgotten."""
+        return (namespace, name) in self.spec_fingerprints
+
     def spec_changed(self, namespace: str, name: str, spec_body: Any) -> bool:
         fingerprint = json.dumps(spec_body, sort_keys=True, default=str)
         changed = self.spec_fingerprints.get((namespace, name)) != fingerprint
@@ -176,6 +180,8 @@ class OperatorState:
                     if k[1] == namespace
                     and v.manifest["metadata"]["labels"].get(settings.LABEL_JOBQUEUE) == name]:
             del self.applied[key]
+        for kind, child in rendering.child_names(name):
+            self.children.pop((kind, namespace, child), None)
 
 
 def _now_iso() -> str:

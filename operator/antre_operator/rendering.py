@@ -39,6 +39,12 @@ def api_name(jobqueue: str) -> str:
     return f"{jobqueue}-api"
 
 
+def child_names(jobqueue: str) -> tuple[tuple[str, str], ...]:
+    """(kind, name) of every child a JobQueue may have."""
+    return (("Deployment", worker_name(jobqueue)), ("CronJob", reaper_name(jobqueue)),
+            ("Deployment", api_name(jobqueue)), ("Service", api_name(jobqueue)))
+
+
 #: A Service's name (RFC 1035 label): a JobQueue's own name may also hold dots or start with a
 #: digit, which its API's Service could not.
 _SERVICE_NAME_RE: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")

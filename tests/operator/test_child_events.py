@@ -67,3 +67,25 @@ def test_a_child_the_operator_never_applied_wakes_nothing() -> None:
     state = reconciling.OperatorState(settings=settings.OperatorSettings(metrics_port=None))
     assert not woken(state, "MODIFIED", deployment(generation=9, rv=20))
     assert state.children[KEY] is not None
+
+
+def test_a_deleted_object_of_no_jobqueue_served_here_leaves_nothing_in_memory() -> None:
+    """Review finding: every labelled Deployment, CronJob or Service ever seen stayed in the
+    cache, as a "known to be absent" marker once deleted, so churn grew the operator's memory."""
+    state = reconciling.OperatorState(settings=settings.OperatorSettings(metrics_port=None))
+    stranger = deployment(generation=1, rv=20, labels={settings.LABEL_JOBQUEUE: "gone"})
+    stranger["metadata"]["name"] = "gone-worker"
+    key: reconciling.ChildKey = ("Deployment", NS, "gone-worker")
+    woken(state, "ADDED", stranger)
+    assert key in state.children
+    woken(state, "DELETED", stranger)
+    assert key not in state.children
+
+    # A JobQueue served here keeps the marker, so its next step needs no read; forgetting the
+    # JobQueue drops its children's entries.
+    state.spec_changed(NS, "q", {"redis": {}})
+    woken(state, "DELETED", deployment(generation=3, rv=21))
+    assert state.children[KEY] is None
+    state.children[("Service", NS, "q-api")] = None
+    state.forget(NS, "q")
+    assert state.children == {}
