@@ -128,6 +128,16 @@ def test_dlq_list_replay_purge(redis_client, redis_url, capsys):
                  "text", id="lone-surrogate-payload"),
     pytest.param(["job", "\udcff"], EXIT_USAGE,
                  "antre: argument '\\udcff': not valid UTF-8 text", id="undecodable-argument"),
+    # Review findings: accepted before, or a partial answer then an error.
+    pytest.param(["inspect", "--rows", "-1"], EXIT_USAGE,
+                 "antre inspect: --rows: got -1; must be an integer >= 1", id="negative-rows"),
+    pytest.param(["demo", "--jobs", "10000000000"], EXIT_USAGE,
+                 "antre demo: --jobs: got 10000000000; must be an integer from 1 to 1,000,000",
+                 id="demo-without-end"),
+    pytest.param(["dlq", "purge", "a:b"], EXIT_USAGE,
+                 "antre dlq: job ids: got 'a:b'; must be a job id", id="impossible-id"),
+    pytest.param(["enqueue", "t\x85", "{}"], EXIT_USAGE,
+                 "antre enqueue: type: got 't\\x85'; must be a non-empty string", id="c1-control"),
 ])
 def test_user_errors_are_one_line(redis_client, redis_url, capsys, args, code, message):
     assert cli(redis_url, *args) == code
@@ -178,6 +188,17 @@ def test_subprocess_enqueue_and_stats(redis_client, redis_url):
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip()
     assert Queue(redis_client, settings=QS).get(job_id).payload == {"x": 1}
+
+
+def test_a_payload_longer_than_a_command_line_comes_from_standard_input(redis_client,
+                                                                         redis_url):
+    """A command line takes about 128 KiB per argument; a queue takes 256 KiB by default."""
+    payload = {"text": "x" * 200_000}
+    env = {**child_env(), "ANTRE_REDIS_URL": redis_url, "ANTRE_QUEUE": "cli"}
+    proc = subprocess.run([*ANTRE, "enqueue", "t", "-"], input=json.dumps(payload),
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert Queue(redis_client, settings=QS).get(proc.stdout.strip()).payload == payload
 
 
 def test_worker_imports_handlers_from_the_current_directory(redis_client, redis_url, tmp_path):

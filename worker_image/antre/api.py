@@ -24,6 +24,7 @@ import dataclasses
 import hmac
 import json
 import logging
+import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -74,6 +75,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: Refusals that pass by themselves (memory full under noeviction, a replica during a failover):
 #: answered like an outage, 503 with Retry-After, not as a server bug.
 _TRANSIENT_REFUSALS: Final = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError)
+_DECIMAL: Final = re.compile(r"-?[0-9]+")
 
 
 def _transient_refusal(exc: BaseException) -> bool:
@@ -459,14 +461,18 @@ async def get_stats(request: web.Request) -> web.Response:
 
 def _query_int(request: web.Request, name: str, default: int, *, minimum: int,
                maximum: int) -> int:
-    raw = request.query.get(name)
-    if raw is None:
+    given = request.query.getall(name, [])
+    if not given:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(400, "invalid_argument", f"{name}: got {raw!r}; must be an integer from "
-                         f"{minimum} to {maximum}", field=name) from None
+    if len(given) > 1:
+        raise BadRequest(400, "invalid_argument", f"{name}: given {len(given)} times; give it "
+                         "once", field=name)
+    raw = given[0]
+    # ASCII digits only: int() would also take '1_0', ' 1' and other scripts' digits.
+    if not _DECIMAL.fullmatch(raw):
+        raise BadRequest(400, "invalid_argument", f"{name}: got {raw!r:.100}; must be an integer "
+                         f"from {minimum} to {maximum}", field=name)
+    value = int(raw)
     if not minimum <= value <= maximum:
         raise BadRequest(400, "invalid_argument", f"{name}: got {value}; must be an integer from "
                          f"{minimum} to {maximum}", field=name)

@@ -24,6 +24,10 @@ from antre.client import Queue
 from antre.commands import Command
 from antre.settings import QueueSettings, WorkerSettings
 
+#: A quick start, not a load test: at the demo's pace (about 100 jobs a second, some retried)
+#: a million jobs is hours of work and gigabytes of a throwaway Redis.
+MAX_DEMO_JOBS: Final = 1_000_000
+
 
 def _redis_binary() -> str:
     binary = shutil.which("redis-server")
@@ -76,8 +80,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.jobs < 1:
-        raise errors.InvalidArgument(f"--jobs: got {args.jobs}; must be >= 1")
+    if not 1 <= args.jobs <= MAX_DEMO_JOBS:
+        raise errors.InvalidArgument(
+            f"--jobs: got {args.jobs}; must be an integer from 1 to {MAX_DEMO_JOBS:,}")
     # The progress lines tell the story; retries and the worker's own lines would clutter it.
     logs.configure("ERROR", process_lines=False)
     if os.environ.get("ANTRE_REDIS_URL") and not args.redis_url:

@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{verb} {_all(queue, args.action)} job(s)")
         return 0
     ids = list(dict.fromkeys(args.job_ids))
+    scripts.check_job_ids("job ids", ids)
     if args.action == "replay":
         done = set(queue.replay(ids, limit=len(ids)))
     else:

@@ -13,7 +13,9 @@ from antre.commands import Command, open_queue
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("type", help="job type (the handler name)")
-    parser.add_argument("payload", help="JSON payload, e.g. '{\"to\": \"a@b.c\"}'")
+    parser.add_argument("payload", help="JSON payload, e.g. '{\"to\": \"a@b.c\"}', or - to "
+                                        "read it from standard input (for payloads longer than "
+                                        "a command line takes, about 128 KiB)")
     parser.add_argument("--idempotency-key",
                         help="while live, enqueues with the same key return the existing job "
                              "(default: none)")
@@ -27,11 +29,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.payload == "-" else args.payload
     try:
-        payload = json.loads(args.payload)
+        payload = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise errors.InvalidArgument(
-            f"payload: not valid JSON ({exc}): {args.payload!r:.200}") from None
+            f"payload: not valid JSON ({exc}): {text!r:.200}") from None
     result = open_queue(args).enqueue(
         args.type, payload, idempotency_key=args.idempotency_key, resource_key=args.resource_key,
         max_attempts=args.max_attempts, delay=args.delay)

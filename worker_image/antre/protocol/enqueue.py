@@ -27,7 +27,7 @@ _PAYLOAD_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, sort
 #: The same text unescaped, to find a lone surrogate the ASCII text carries as an escape.
 _TEXT_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, sort_keys=True,
                                  ensure_ascii=False)
-_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f]")
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True, slots=True)
