@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import re
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +237,29 @@ def test_a_stalled_body_gets_408_and_the_connection_closes(redis_client: Any,
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
     assert b'"error": "body_timeout"' in answer
     assert 0.4 < waited < 5
+    assert Queue(redis_client, "q").stats().ready == 0
+
+
+def test_a_client_that_leaves_mid_body_is_no_server_error(redis_client: Any, redis_url: str,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """Review finding: it was logged as an unhandled error with a traceback and counted as a
+    500. It is counted under 499 (client closed request) and logged as nothing at all."""
+    caplog.set_level(logging.INFO, logger="antre")
+    with running_api(redis_url, token=TOKEN) as base_url:
+        port = int(base_url.rsplit(":", 1)[1])
+        head = (f"POST /v1/queues/q/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"type\"")
+        with _raw_request(port, head.encode()):
+            pass  # closed with 90 bytes of the body still to come
+
+        def counted() -> bool:
+            request = urllib.request.Request(f"{base_url}/metrics",
+                                             headers={"Authorization": f"Bearer {TOKEN}"})
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return 'status="499"' in answer.read().decode()
+
+        wait_until(counted, timeout_s=10, message="the request counted under 499")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     assert Queue(redis_client, "q").stats().ready == 0
 
 

@@ -344,6 +344,11 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
     except TimeoutError:
         raise BadRequest(408, "body_timeout", f"request body: not received within {timeout_s:g} "
                          "seconds", headers={"Connection": "close"}) from None
+    except ConnectionResetError:
+        # The client went away mid-body: nobody reads an answer, and it is no server error.
+        # Counted under nginx's 499 ("client closed request"), not logged as a 500.
+        raise BadRequest(499, "client_closed_request", "request body: the client closed the "
+                         "connection before sending it all") from None
     try:
         body = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
