@@ -9,15 +9,17 @@ security headers; Redis down is a 503 page, not a traceback.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
 import redis.asyncio
 from aiohttp.test_utils import TestClient, TestServer
-from antre import AsyncQueue, Queue
+from antre import AsyncQueue, Queue, api, settings
+from antre.dashboard.state import DashboardSettings
 from registered_workers import register_earlier_worker, register_worker
 
-from dashboard.conftest import TOKEN, sign_in
+from dashboard.conftest import QUEUES, TOKEN, sign_in
 
 
 def field(html: str, name: str, queue: str | None = None) -> str:
@@ -170,3 +172,23 @@ def test_settings_from_flags_and_env_and_the_docs_table(monkeypatch: Any) -> Non
         DashboardSettings(live_interval_s=0.1)
     docs = (Path(__file__).resolve().parents[2] / "docs" / "dashboard.md").read_text()
     assert [row for row in fields.markdown_rows(DashboardSettings) if row not in docs] == []
+
+
+async def test_tabs_opening_at_once_stay_within_the_stream_limit(aredis: Any) -> None:
+    """The limit holds for tabs that open together: the check and the subscription happen with
+    no await between them. (A review suspected they did not: the tab subscribed only after
+    sending its headers. aiohttp's prepare() does not yield on a fresh connection, so that never
+    showed, but any await there that yields would let every tab opening at once through.)"""
+    app = api.create_app(aredis, queue_template=settings.QueueSettings(),
+                         api_settings=api.ApiSettings(queues=QUEUES, token=TOKEN),
+                         dashboard=DashboardSettings(live_interval_s=60, max_streams=2))
+    client: TestClient[Any, Any] = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        await sign_in(client)
+        answers = await asyncio.gather(*[client.get("/ui/live/overview") for _ in range(6)])
+        assert sorted(answer.status for answer in answers) == [200, 200, 503, 503, 503, 503]
+        for answer in answers:
+            answer.close()
+    finally:
+        await client.close()

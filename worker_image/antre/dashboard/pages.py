@@ -187,13 +187,14 @@ async def _stream(request: web.Request, topic: str) -> web.StreamResponse:
     if monitor.full:
         raise PageError(503, "Too many live pages", "This server already streams to its limit "
                         "of open tabs; reload the page later.")
+    # Subscribed before the first await: tabs opening at once must not all pass the check.
+    subscription = monitor.subscribe(topic)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-store",
                                            "X-Accel-Buffering": "no"})
     secure_headers(response)
-    await response.prepare(request)
-    subscription = monitor.subscribe(topic)
     try:
+        await response.prepare(request)
         await response.write(b"retry: 3000\n\n")
         while True:
             chunks = await live.frames(subscription)
