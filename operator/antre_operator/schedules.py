@@ -24,11 +24,15 @@ DAYS: Final = {name: number for number, name in enumerate(
 _NAMES: Final = {**MONTHS, **DAYS}
 
 
-def _cron_field(values: str, wildcard: str, steps: str) -> str:
-    """One field: a list of ``*``, values or ranges, each with an optional ``/step``. robfig/cron
-    takes any step that fits an int; one larger than the field's span means nothing, and one
-    too long for an int is refused by the CronJob API, so steps are bounded to the span."""
-    atom = f"({wildcard}|({values})(-({values}))?)(/0*({steps}))?"
+#: A step robfig/cron (the CronJob API's parser) takes: any whole number from 1 that fits an
+#: int64 (one larger than the field's span fires once per span, as `*/60` does for minutes;
+#: /0 and a number too long for an int64 are refused).
+STEP: Final = "[1-9][0-9]{0,17}"
+
+
+def _cron_field(values: str, wildcard: str) -> str:
+    """One field: a list of ``*``, values or ranges, each with an optional ``/step``."""
+    atom = f"({wildcard}|({values})(-({values}))?)(/0*({STEP}))?"
     return f"^{atom}(,{atom})*$"
 
 
@@ -36,17 +40,14 @@ def _names(names: dict[str, int]) -> str:
     return f"(?i:{'|'.join(names)})"
 
 
-#: (name, values it takes, largest step, full-match pattern) of each of the five fields. The
-#: CRD has one CEL rule per field with the same pattern.
+#: (name, values it takes, full-match pattern) of each of the five fields. The CRD has one CEL
+#: rule per field with the same pattern.
 CRON_FIELDS: Final = (
-    ("minute", "0-59", 59, _cron_field("[0-5]?[0-9]", "[*]", "[1-9]|[1-5][0-9]")),
-    ("hour", "0-23", 23, _cron_field("[01]?[0-9]|2[0-3]", "[*]", "[1-9]|1[0-9]|2[0-3]")),
-    ("day-of-month", "1-31 or ?", 31, _cron_field("0?[1-9]|[12][0-9]|3[01]", "[*?]",
-                                                  "[1-9]|[12][0-9]|3[01]")),
-    ("month", "1-12 or jan-dec", 12, _cron_field(f"0?[1-9]|1[0-2]|{_names(MONTHS)}", "[*]",
-                                                 "[1-9]|1[0-2]")),
-    ("day-of-week", "0-6 or sun-sat or ?", 7, _cron_field(f"0?[0-6]|{_names(DAYS)}", "[*?]",
-                                                          "[1-7]")),
+    ("minute", "0-59", _cron_field("[0-5]?[0-9]", "[*]")),
+    ("hour", "0-23", _cron_field("[01]?[0-9]|2[0-3]", "[*]")),
+    ("day-of-month", "1-31 or ?", _cron_field("0?[1-9]|[12][0-9]|3[01]", "[*?]")),
+    ("month", "1-12 or jan-dec", _cron_field(f"0?[1-9]|1[0-2]|{_names(MONTHS)}", "[*]")),
+    ("day-of-week", "0-6 or sun-sat or ?", _cron_field(f"0?[0-6]|{_names(DAYS)}", "[*?]")),
 )
 
 #: A range whose ends are numbers or names, in a schedule written in lower case.
@@ -68,9 +69,9 @@ CRON_RANGE_RULE: Final = (f'self.lowerAscii().findAll("({_END})-({_END})").all(r
                           f'{_cel_end(_START_CEL)} <= {_cel_end(_FINISH_CEL)})')
 
 
-def cron_field_message(name: str, allowed: str, largest_step: int) -> str:
+def cron_field_message(name: str, allowed: str) -> str:
     return (f"the {name} field takes {allowed}, *, ranges (a-b), lists (a,b) and steps "
-            f"(/1 to /{largest_step})")
+            "(/n, n a whole number from 1, at most 18 digits)")
 
 
 def _value(end: str) -> int:
@@ -84,10 +85,10 @@ def schedule_problem(schedule: str) -> str | None:
                 "@annually, @yearly, @monthly, @weekly, @daily, @midnight, @hourly")
     if schedule.startswith("@"):
         return None
-    for (name, allowed, largest_step, pattern), value in zip(CRON_FIELDS, schedule.split(),
+    for (name, allowed, pattern), value in zip(CRON_FIELDS, schedule.split(),
                                                              strict=True):
         if not re.match(pattern, value):
-            return cron_field_message(name, allowed, largest_step)
+            return cron_field_message(name, allowed)
     for start, end in CRON_RANGE_RE.findall(schedule.lower()):
         if _value(start) > _value(end):
             return CRON_RANGE_MESSAGE
