@@ -42,6 +42,7 @@ from antre.dashboard import app as dashboard_app
 from antre.dashboard.state import DashboardSettings
 from antre.depth_metrics import DepthCollector
 from antre.fields import setting
+from antre.protocol import scripts
 from antre.protocol.depth import Depth
 
 log = logging.getLogger("antre.api")
@@ -75,7 +76,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: Refusals that pass by themselves (memory full under noeviction, a replica during a failover):
 #: answered like an outage, 503 with Retry-After, not as a server bug.
 _TRANSIENT_REFUSALS: Final = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError)
-_DECIMAL: Final = re.compile(r"-?[0-9]+")
+#: An integer query parameter: ASCII digits, few enough for int() (which refuses over 4,300).
+_DECIMAL: Final = re.compile(r"-?[0-9]{1,18}")
 
 
 def _transient_refusal(exc: BaseException) -> bool:
@@ -442,7 +444,8 @@ async def get_job(request: web.Request) -> web.Response:
     job_id = request.match_info["job_id"]
     not_found = BadRequest(404, "not_found", f"job {job_id!r}: no such job in queue "
                            f"{queue.name!r} (never existed, or its record expired)")
-    if len(job_id) > 128 or not job_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
+    if not scripts.is_job_id(job_id) or not job_id.replace("-", "").replace("_", "").replace(
+            ".", "").isalnum():
         raise not_found
     try:
         info = await queue.get(job_id)
@@ -511,7 +514,9 @@ async def replay_dead(request: web.Request) -> web.Response:
         if not isinstance(ids, list) or not 1 <= len(ids) <= openapi.MAX_REPLAY_IDS:
             raise _invalid("ids", ids, f"a list of 1 to {openapi.MAX_REPLAY_IDS} job id strings")
         ids = [_text(job_id, "ids", max_len=128) for job_id in ids]
-        replayed = await queue.replay(ids, limit=max(limit, len(ids)))
+        # An id no job can have is not in the dead letters: skipped, as an unknown id is.
+        possible = [job_id for job_id in ids if scripts.is_job_id(job_id)]
+        replayed = await queue.replay(possible, limit=max(limit, len(ids))) if possible else []
     else:
         raise BadRequest(400, "invalid_argument", "ids: missing; give a list of job ids, or "
                          "all=true to replay the `limit` oldest dead jobs", field="ids")

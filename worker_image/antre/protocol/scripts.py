@@ -70,16 +70,20 @@ _JOB_ID = re.compile(r"[^:| \x00-\x1f\x7f]+")
 _JOB_ID_RULE = "a job id: 1-128 bytes of text without ':', '|', spaces or control characters"
 
 
+def is_job_id(value: object) -> bool:
+    """Whether a job can have ``value`` as its id."""
+    try:
+        return isinstance(value, str) and bool(_JOB_ID.fullmatch(value)) and (
+            len(value.encode()) <= 128)
+    except UnicodeEncodeError:  # a lone surrogate: Redis gets UTF-8
+        return False
+
+
 def check_job_ids(name: str, job_ids: Sequence[object]) -> None:
     """Refuses, before anything is sent, an id no job can have (a caller's list checked whole,
     so that a bad id at its end cannot leave the calls before it done and the rest not)."""
     for job_id in job_ids:
-        try:
-            fits = isinstance(job_id, str) and bool(_JOB_ID.fullmatch(job_id)) and (
-                len(job_id.encode()) <= 128)
-        except UnicodeEncodeError:  # a lone surrogate: Redis gets UTF-8
-            fits = False
-        if not fits:
+        if not is_job_id(job_id):
             raise errors.InvalidArgument(f"{name}: got {job_id!r:.200}; must be {_JOB_ID_RULE}")
 
 
