@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from antre import Permanent, Queue
+from antre import Permanent, Queue, logs
 from antre.handlers import HandlerRegistry
 from antre.jobs import ClaimedJob
 from antre.outcomes import Outcomes
@@ -59,3 +59,12 @@ def test_a_summary_at_most_every_interval_counts_what_came_since(caplog):
             for r in lifecycle(caplog, "settled")] == [(1, 0), (0, 1)]
     outcomes.log_summary()  # nothing since the last line: no line
     assert len(lifecycle(caplog, "settled")) == 2
+
+
+@pytest.mark.parametrize(("text", "level"), [
+    ("warn", logging.WARNING), ("WARN", logging.WARNING), ("fatal", logging.CRITICAL),
+    ("NOTSET", logging.DEBUG), (" info ", logging.INFO), ("Debug", logging.DEBUG)])
+def test_the_level_names_python_takes_still_work(text: str, level: int) -> None:
+    """A second read found ANTRE_LOG_LEVEL=WARN (which Python's logging takes, and which worked
+    before levels were checked) refused: a deployment with it would stop starting."""
+    assert logs.level_of(text) == level

@@ -43,6 +43,9 @@ class JsonFormatter(logging.Formatter):
 
 #: The levels ``--log-level`` / ``ANTRE_LOG_LEVEL`` take (in any case).
 LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+#: Other names Python's logging takes, which worked before the levels were checked: a
+#: deployment with ANTRE_LOG_LEVEL=WARN must not stop starting after an upgrade.
+ALIASES: Final = {"WARN": "WARNING", "FATAL": "CRITICAL", "NOTSET": "DEBUG"}
 LEVEL_OPTION: Final = "--log-level (env ANTRE_LOG_LEVEL)"
 
 
@@ -50,6 +53,7 @@ def level_of(text: str, *, label: str = LEVEL_OPTION) -> int:
     """The logging level named by ``text``; anything else raises InvalidArgument naming
     ``label``, the value and the allowed levels."""
     name = text.strip().upper()
+    name = ALIASES.get(name, name)
     if name not in LEVELS:
         raise errors.InvalidArgument(f"{label}: got {text!r}; must be one of "
                                      f"{', '.join(LEVELS)}")
