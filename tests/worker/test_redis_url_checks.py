@@ -93,7 +93,7 @@ def test_a_value_that_may_be_part_of_a_password_is_not_shown() -> None:
     ("redis://127.0.0.1:1/abc", "'abc'"),
     ("redis://127.0.0.1:1/1x", "'1x'"),
     ("redis://127.0.0.1:1/0/1", "'0/1'"),
-    ("rediss://127.0.0.1:1//?socket_timeout=1", "'/'"),
+    ("rediss://127.0.0.1:1/0//?socket_timeout=1", "'0/'"),
     ("redis+cluster://127.0.0.1:1/db0", "'db0'"),
     ("redis://:pa/ss@127.0.0.1:1/" + "x" * 50, "(not shown)"),
 ])
@@ -111,7 +111,11 @@ def test_a_database_path_that_is_not_a_number_is_refused(url: str, shown: str) -
 
 @pytest.mark.parametrize("url", ["redis://h:6379", "redis://h:6379/", "redis://h:6379/15",
                                  "rediss://:pa/ss@h:6379/0", "unix:///run/redis.sock?db=2",
-                                 "redis+cluster://h:6379/0?socket_timeout=1"])
+                                 "redis+cluster://h:6379/0?socket_timeout=1",
+                                 # redis-py reads these as database 0 and defaults, and so
+                                 # did antre before it checked paths and values
+                                 "redis://h:6379/0/", "redis://h:6379/3/?db=",
+                                 "redis://h:6379/0?socket_timeout=&max_connections=&protocol="])
 def test_a_database_path_that_is_a_number_passes(url: str) -> None:
     redis_urls.check_url(url)
 

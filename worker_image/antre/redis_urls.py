@@ -89,7 +89,8 @@ def check_options(pairs: Iterable[tuple[str, str]], *, allowed: frozenset[str],
             raise errors.InvalidArgument(
                 f"unknown query option {shown}; the options are {', '.join(sorted(allowed))}")
         check = _VALUE_CHECKS.get(name)
-        if check is not None and not check[0](value):
+        # An empty value is no value: redis-py leaves the option at its default.
+        if check is not None and value and not check[0](value):
             got = repr(value) if show_values and len(value) <= _MAX_SHOWN_CHARS else "(not shown)"
             raise errors.InvalidArgument(f"query option {name}: got {got}; must be {check[1]}")
 
@@ -121,6 +122,8 @@ def check_database_path(url: str) -> None:
     # After the last '@', as connection.redact reads it: never a piece of the password.
     location = rest.rpartition("@")[2].partition("?")[0].partition("#")[0]
     path = location.partition("/")[2]
+    if path.endswith("/"):
+        path = path[:-1]  # redis://host/0/ is database 0 to redis-py too
     if path and not _whole(path):
         shown = repr(path) if len(path) <= _MAX_SHOWN_CHARS else "(not shown)"
         raise errors.InvalidArgument(
