@@ -166,3 +166,20 @@ def test_a_job_dead_at_its_lease_expiry_wakes_the_job_waiting_for_its_resource(r
     [waiter] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
     assert (waiter.id, lost.id) == ("waiter", "lost")
     assert_invariants(redis_client, qs)
+
+
+def test_a_dead_jobs_lease_wakes_nobody_when_its_lock_went_to_another_job(redis_client, qs,
+                                                                           ws):
+    """The lock expired with the lease and another job took it: a waiter woken now would only
+    be deferred again, spending one of its lock_max_deferrals."""
+    seed_job(redis_client, qs, "lost", max_attempts=1, resource_key="acct")
+    scripts.run(redis_client, claim_op(qs, ws, worker_id="w9", max_jobs=1))
+    seed_job(redis_client, qs, "waiter", resource_key="acct")
+    assert scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs == []
+    redis_client.zadd(qs.keys.processing, {"lost": server_ms(redis_client) - 1})  # expired
+    redis_client.set(qs.keys.resource_lock("acct"), "other:1", px=30_000)  # taken since
+
+    assert reap(redis_client, qs).dead == 1
+    assert redis_client.lrange(qs.keys.ready, 0, -1) == []
+    assert dump(redis_client, qs)["jobs"]["waiter"]["status"] == "scheduled"
+    assert redis_client.get(qs.keys.resource_lock("acct")) == "other:1"

@@ -452,14 +452,16 @@ local function lock_holder(lock_key)
   return holder, false
 end
 
--- Compare-and-delete: only the holder's token frees a resource lock.
+-- Compare-and-delete: only the holder's token frees a resource lock. True when it did.
 local function release_lock(lock_prefix, resource_key, token)
   if resource_key and resource_key ~= '' then
     local lock_key = lock_prefix .. resource_key
     if lock_holder(lock_key) == token then
       redis.call('DEL', lock_key)
+      return true
     end
   end
+  return false
 end
 
 local function zrem_all(key, members) call_in_chunks('ZREM', key, members) end
@@ -605,16 +607,17 @@ end
 -- counts. The job goes back to the head of the queue, or to the dead letters when that was its
 -- last attempt (then `expired_lease` remembers the lease, so a late ack of it still counts).
 -- The caller has removed the id from the processing set. `f` holds status, lease, attempt,
--- max_attempts, resource_key, events, worker. Returns 'requeued' or 'dead'.
+-- max_attempts, resource_key, events, worker. Returns 'requeued' or 'dead', and whether it
+-- freed the resource lock (it may have expired with the lease and gone to another job).
 local function expire_lease(job_key, id, f, now, ready_key, dead_key, lock_prefix)
-  release_lock(lock_prefix, f[5], id .. ':' .. (f[2] or ''))
+  local freed = release_lock(lock_prefix, f[5], id .. ':' .. (f[2] or ''))
   local attempt, max_attempts = tonumber(f[3]) or 0, tonumber(f[4]) or 0
   local reason = 'lease expired during attempt ' .. attempt .. ' (worker '
     .. (f[7] or '?') .. ' lost or frozen past its lease, or cut off from Redis)'
   if attempt >= max_attempts then
     dead_letter(job_key, dead_key, id, now, f[6], attempt, SAME_WORKER, reason,
       {'expired_lease', f[2] or ''})
-    return 'dead'
+    return 'dead', freed
   end
   local n, hfield, hvalue = history_entry(f[6], 'lease_expired', now, attempt, SAME_WORKER,
     reason)
@@ -622,5 +625,5 @@ local function expire_lease(job_key, id, f, now, ready_key, dead_key, lock_prefi
     'queued_at', now, 'events', n, hfield, hvalue)
   -- To the head: it has waited a whole lease already.
   redis.call('RPUSH', ready_key, id)
-  return 'requeued'
+  return 'requeued', freed
 end

@@ -53,10 +53,12 @@ for _, id in ipairs(expired) do
   local f = read_fields(job_key, 'status', 'lease', 'attempt', 'max_attempts', 'resource_key',
     'events', 'worker')
   if f[1] == 'processing' then
-    if expire_lease(job_key, id, f, now, ready_key, dead_key, lock_prefix) == 'dead' then
+    local outcome, freed = expire_lease(job_key, id, f, now, ready_key, dead_key, lock_prefix)
+    if outcome == 'dead' then
       dead = dead + 1
-      -- A requeued job takes its resource again itself; a dead one leaves it to the next.
-      if waiting_prefix and f[5] then
+      -- A requeued job takes its resource again itself; a dead one leaves it to the next
+      -- (unless the lock expired with the lease and another job has it by now).
+      if waiting_prefix and freed then
         wake_next_waiter(waiting_prefix .. f[5], ready_key, retry_key, job_prefix, now)
       end
     else
