@@ -10,7 +10,7 @@ import pytest
 import redis
 import redis.asyncio
 from antre import errors
-from antre.client import AsyncQueue, Queue
+from antre.client import AsyncQueue, Queue, _oldest_batches
 from antre.settings import QueueSettings
 
 QS = QueueSettings(name="q")
@@ -127,3 +127,14 @@ def test_an_empty_name_or_prefix_is_refused_not_replaced(redis_client: redis.Red
     """Before: Queue(r, "") wrote to the queue 'default' and prefix="" became 'antre'."""
     with pytest.raises(errors.InvalidArgument, match=f"^{field}: got ''; must be"):
         Queue(redis_client, **kwargs)
+
+
+def test_a_replay_of_the_oldest_takes_no_more_than_were_dead_at_its_start() -> None:
+    """A second read: between two calls of one replay, a job the first call replayed may die
+    again; the next call would replay it twice. The calls add up to the dead count at the start
+    (purge keeps the limit: a job purged is gone)."""
+    assert _oldest_batches(1000, dead_now=250) == [200, 50]
+    assert _oldest_batches(5, dead_now=0) == []
+    assert _oldest_batches(450) == [200, 200, 50]
+    with pytest.raises(errors.InvalidArgument, match=r"^limit: got 0"):
+        _oldest_batches(0, dead_now=10)

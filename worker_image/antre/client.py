@@ -92,11 +92,14 @@ def _checked_ids(job_ids: Sequence[str], limit: int) -> list[Sequence[str]]:
     return _chunks(job_ids)
 
 
-def _oldest_batches(limit: int) -> list[int]:
+def _oldest_batches(limit: int, *, dead_now: int | None = None) -> list[int]:
     """How many of the oldest dead jobs each call of a replay or purge without ids takes: the
-    ``limit`` in calls of at most _IDS_PER_CALL (the caller stops at a call that finds fewer)."""
+    ``limit`` in calls of at most _IDS_PER_CALL (the caller stops at a call that finds fewer).
+    A replay passes how many are dead now and takes no more: a job replayed by one call that
+    dies again before the next must not be replayed twice."""
     scripts.check_limit("limit", limit)
-    return [min(_IDS_PER_CALL, limit - start) for start in range(0, limit, _IDS_PER_CALL)]
+    wanted = limit if dead_now is None else min(limit, dead_now)
+    return [min(_IDS_PER_CALL, wanted - start) for start in range(0, wanted, _IDS_PER_CALL)]
 
 
 def _check_page(limit: int, offset: int) -> None:
@@ -269,7 +272,7 @@ class Queue(_QueueBase):
             return [job_id for chunk in _checked_ids(job_ids, limit)
                     for job_id in self._run(replay_op(self.settings, chunk, limit=len(chunk)))]
         replayed: list[str] = []
-        for size in _oldest_batches(limit):
+        for size in _oldest_batches(limit, dead_now=self.dead_count()):
             batch = self._run(replay_op(self.settings, limit=size))
             replayed.extend(batch)
             if len(batch) < size:
@@ -388,7 +391,7 @@ class AsyncQueue(_QueueBase):
             return [job_id for chunk in _checked_ids(job_ids, limit)
                     for job_id in await self._run(replay_op(self.settings, chunk, limit=len(chunk)))]
         replayed: list[str] = []
-        for size in _oldest_batches(limit):
+        for size in _oldest_batches(limit, dead_now=await self.dead_count()):
             batch = await self._run(replay_op(self.settings, limit=size))
             replayed.extend(batch)
             if len(batch) < size:
