@@ -120,6 +120,17 @@ def test_no_auth_on_any_loopback_address_checks_the_host(redis_url: str, tmp_pat
         proc.wait(timeout=30)
 
 
+async def test_the_name_an_anonymous_api_listens_on_is_answered_too(redis_url: str) -> None:
+    """A second read: listening on a machine's own name (127.0.1.1 on Debian) turned the Host
+    check on, and then refused requests addressed by that very name. It is answered; a
+    rebinding page's own name is not."""
+    async with api_client_for(redis_url, local_hosts_only=True, listen_name="box") as client:
+        for host, expected in (("box", 200), ("BOX.:8080", 200), ("localhost", 200),
+                               ("attacker.example", 403), ("box.attacker.example", 403)):
+            answer = await client.get("/v1/queues/default/stats", headers={"Host": host})
+            assert answer.status == expected, (host, answer.status)
+
+
 @pytest.mark.parametrize(("host", "loopback_only"), [
     ("127.0.0.1", True), ("127.0.0.2", True), ("127.255.255.254", True), ("::1", True),
     ("localhost", True), ("0.0.0.0", False), ("::", False), ("10.1.2.3", False),

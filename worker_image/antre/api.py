@@ -99,6 +99,10 @@ class ApiSettings:
     a loopback address, :mod:`antre.loopback`): what an API without a token listening on
     loopback needs, since a web page whose DNS name rebinds to a loopback address reaches it
     from the user's browser otherwise."""
+    listen_name: str = ""
+    """With ``local_hosts_only``, the host name the API was told to listen on (a name that
+    resolves only to loopback, as a Debian machine's own name does): requests addressed to it
+    are answered too. A rebinding page addresses its own name, never this one."""
     metrics_auth: bool = False
     """Require the token on /metrics too (give Prometheus the token); else /metrics is open."""
     port: int = setting(
@@ -274,7 +278,9 @@ _CHALLENGE: Final = {"WWW-Authenticate": 'Bearer realm="antre"'}
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     api_settings = _state(request).settings
-    if api_settings.local_hosts_only and not loopback.names_loopback(_host_name(request.host)):
+    host_name = _host_name(request.host)
+    if api_settings.local_hosts_only and not (loopback.names_loopback(host_name) or (
+            api_settings.listen_name and host_name == api_settings.listen_name)):
         raise BadRequest(403, "host_not_allowed",
                          "Host: this API serves without a token, so only requests addressed to "
                          "localhost or a loopback address (127.0.0.0/8, [::1]; with any port)")

@@ -101,7 +101,9 @@ def run(args: argparse.Namespace) -> int:
     api_settings = api_settings_from_args(args)
     host = args.host or ("127.0.0.1" if api_settings.anonymous else "0.0.0.0")
     if api_settings.anonymous and loopback.listens_on_loopback(host):
-        api_settings = dataclasses.replace(api_settings, local_hosts_only=True)
+        listen_name = "" if loopback.names_loopback(host.lower()) else host.lower().rstrip(".")
+        api_settings = dataclasses.replace(api_settings, local_hosts_only=True,
+                                           listen_name=listen_name)
     if api_settings.anonymous:
         log.warning("serving /v1/ without authentication (--no-auth)", extra={"host": host})
     queue_template = settings.queue_settings_from_env(name=api_settings.queues[0],
