@@ -64,11 +64,6 @@ def configure_inspect(parser: argparse.ArgumentParser) -> None:
     json_flag(parser)
 
 
-def _check_rows(rows: int) -> None:
-    if rows < 1:
-        raise errors.InvalidArgument(f"--rows: got {rows}; must be an integer >= 1")
-
-
 def _check_gap(value: float, flag: str) -> None:
     if not 0 <= value < math.inf:
         raise errors.InvalidArgument(f"{flag}: got {value}; must be a finite number >= 0 seconds")
@@ -76,8 +71,9 @@ def _check_gap(value: float, flag: str) -> None:
 
 def run_inspect(args: argparse.Namespace) -> int:
     from antre import findings, snapshots
+    from antre.protocol import scripts
     _check_gap(args.sample_gap, "--sample-gap")
-    _check_rows(args.rows)
+    scripts.check_limit("--rows", args.rows)
     thresholds = _thresholds(args)
     snapshot = snapshots.read_snapshot(open_queue(args), sample_gap_s=args.sample_gap,
                              thresholds=thresholds)
@@ -125,8 +121,9 @@ def configure_top(parser: argparse.ArgumentParser) -> None:
 
 def run_top(args: argparse.Namespace) -> int:
     from antre import findings, snapshots
+    from antre.protocol import scripts
     _check_gap(args.sample_gap, "--sample-gap")
-    _check_rows(args.rows)
+    scripts.check_limit("--rows", args.rows)
     _check_gap(args.interval, "--interval")
     if args.iterations < 0:
         raise errors.InvalidArgument(f"--iterations: got {args.iterations}; must be >= 0")

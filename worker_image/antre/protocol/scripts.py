@@ -87,12 +87,10 @@ def check_job_ids(name: str, job_ids: Sequence[object]) -> None:
             raise errors.InvalidArgument(f"{name}: got {job_id!r:.200}; must be {_JOB_ID_RULE}")
 
 
-def check_limit(name: str, value: object, *, low: int = 1, high: int | None = None) -> None:
-    """Refuses a count that is not a whole number from ``low`` to ``high``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (
-            high is not None and value > high):
-        allowed = f"from {low} to {high:,}" if high is not None else f">= {low}"
-        raise errors.InvalidArgument(f"{name}: got {value!r:.100}; must be an integer {allowed}")
+def check_limit(name: str, value: object, *, low: int = 1) -> None:
+    """Refuses a count that is not a whole number >= ``low``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise errors.InvalidArgument(f"{name}: got {value!r:.100}; must be an integer >= {low}")
 
 
 #: The largest magnitude a number in a script's reply may have: every integer up to it is
