@@ -70,6 +70,18 @@ def test_empty_claim_reports_next_due(redis_client, qs, ws, retry, want_due):
     assert_invariants(redis_client, qs)
 
 
+def test_claim_that_leases_reports_next_due_too(redis_client, qs, ws):
+    # A worker that got fewer jobs than it asked for waits next; it must know when the next
+    # scheduled job is due, or that job would wait a whole idle period.
+    now = server_ms(redis_client)
+    seed_job(redis_client, qs, "ready")
+    seed_job(redis_client, qs, "later", status="scheduled", score_ms=now + 10_000)
+    result = claim(redis_client, qs, ws)
+    assert [j.id for j in result.jobs] == ["ready"]
+    assert result.next_due_ms == now + 10_000
+    assert_invariants(redis_client, qs)
+
+
 def test_claim_promotes_due_retries_before_popping(redis_client, qs, ws):
     now = server_ms(redis_client)
     seed_job(redis_client, qs, "due", status="retrying", attempt=1, lease=1, score_ms=now - 10)

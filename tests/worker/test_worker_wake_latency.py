@@ -6,7 +6,9 @@ is woken by its blocking wait and then sends its claim needs the wake-up reply p
 claim round trip (3 one-way delays); with the claim queued behind the wait on the same
 connection, Redis runs it the moment the job arrives and the worker starts the job as soon as
 the one reply reaches it (1 one-way delay). Also covered: a stop ends the blocking wait at
-once, through the proxy's delays, with nothing claimed left behind.
+once, through the proxy's delays, with nothing claimed left behind; and a worker that keeps up
+with its producer sends one claim per job, each behind the blocking wait, never a claim that
+finds the queue empty.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import statistics
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,6 +27,7 @@ from antre import AsyncQueue
 from antre import worker as worker_module
 from antre.connection import connect_async
 from antre.handlers import HandlerRegistry
+from antre.protocol.scripts import load as load_script
 from antre.settings import QueueSettings
 from invariants import assert_invariants
 from worker_harness import eventually, running_worker
@@ -79,6 +83,18 @@ def _blocked_on_the_ready_list(redis_client: Any) -> bool:
                for client in redis_client.client_list())
 
 
+def start_times(job_type: str) -> tuple[HandlerRegistry, dict[Any, float]]:
+    """A registry whose ``job_type`` handler records when each job started, by its payload."""
+    registry = HandlerRegistry()
+    started: dict[Any, float] = {}
+
+    @registry.handler(job_type)
+    async def stamp(job: Any) -> None:
+        started[job.payload] = time.perf_counter()
+
+    return registry, started
+
+
 @pytest.fixture
 def slow_qs() -> QueueSettings:
     return QueueSettings(name="wake", max_attempts=3)
@@ -86,13 +102,7 @@ def slow_qs() -> QueueSettings:
 
 async def test_idle_worker_starts_a_job_one_trip_after_it_is_enqueued(
         redis_client: Any, redis_url: str, slow_qs: QueueSettings) -> None:
-    registry = HandlerRegistry()
-    started: dict[int, float] = {}
-
-    @registry.handler("ping")
-    async def ping(job: Any) -> None:
-        started[job.payload] = time.perf_counter()
-
+    registry, started = start_times("ping")
     producer = AsyncQueue(connect_async(redis_url), settings=slow_qs)
     latencies = []
     async with delaying_proxy(redis_url) as far_url:
@@ -139,3 +149,96 @@ async def test_stop_ends_the_blocking_wait_at_once(redis_client: Any, redis_url:
     assert stopped_s < 10, f"stop took {stopped_s:.2f} s"
     assert redis_client.zcard(slow_qs.keys.processing) == 0
     assert redis_client.llen(slow_qs.keys.ready) == 0
+
+
+@contextlib.contextmanager
+def claims_seen(redis_client: Any) -> Any:
+    """Counts the claim script's calls Redis runs meanwhile (``MONITOR``): yields a list that
+    holds, once the block ends, the number of plain claims and of claims sent behind a BLMOVE."""
+    claim_sha = load_script("claim").sha
+    counts = [0, 0]
+    stop_token = "claims-seen-stop"
+    monitor = redis_client.monitor()
+    monitor.connection.send_command("MONITOR")  # subscribed before the block runs
+    assert monitor.connection.read_response() in ("OK", b"OK")
+
+    def listen() -> None:
+        previous: dict[str, str] = {}  # per connection: the command it ran last
+        while True:
+            seen = monitor.next_command()
+            words = str(seen["command"]).split()
+            if stop_token in words:
+                return
+            if not words or seen.get("client_type") == "lua":
+                continue  # the commands a script runs
+            connection = f"{seen['client_address']}:{seen['client_port']}"
+            name = words[0].upper()
+            if name == "EVALSHA" and len(words) > 1 and words[1] == claim_sha:
+                counts[1 if previous.get(connection) == "BLMOVE" else 0] += 1
+            previous[connection] = name
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    result: list[int] = []
+    try:
+        yield result
+    finally:
+        redis_client.echo(stop_token)
+        listener.join(timeout=10)
+        monitor.connection.disconnect()
+        result.extend(counts)
+
+
+async def test_a_worker_keeping_up_with_its_producer_claims_once_per_job(
+        redis_client: Any, redis_url: str, slow_qs: QueueSettings) -> None:
+    # Each job arrives after the one before it finished: every claim that leased it got fewer
+    # jobs than it asked for, so the next one waits behind the blocking pop. A plain claim sent
+    # straight after it would find the queue empty, a wasted round trip per job.
+    registry, started = start_times("ping")
+    producer = AsyncQueue(connect_async(redis_url), settings=slow_qs)
+    worker_redis = connect_async(redis_url)
+    jobs = 30
+    try:
+        async with running_worker(worker_redis, slow_qs, registry):
+            await eventually(lambda: _blocked_on_the_ready_list(redis_client),
+                             message="the worker blocked on the ready list")
+            with claims_seen(redis_client) as counts:
+                for i in range(jobs):
+                    await producer.enqueue("ping", i)
+                    await eventually(lambda i=i: i in started, timeout_s=5)
+                await eventually(lambda: redis_client.zcard(slow_qs.keys.processing) == 0)
+    finally:
+        await worker_redis.aclose()
+        await producer.close()
+    plain, behind_the_wait = counts
+    # The first claim's BLMOVE was sent before the count began; a job may land while the
+    # worker is between a reply and its next wait: a few plain claims at most, not one per job.
+    assert plain + behind_the_wait <= jobs + 3, counts
+    assert behind_the_wait >= jobs - 3, counts
+    assert_invariants(redis_client, slow_qs)
+
+
+async def test_a_scheduled_job_starts_when_due_after_a_claim_that_leased(
+        redis_client: Any, redis_url: str, slow_qs: QueueSettings,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The claim that leases "now" got fewer jobs than it asked for, so the worker waits next:
+    # until "later" is due, not for a whole idle period. (The worker's reaper, which would also
+    # promote "later" when due, runs too rarely here to help.)
+    monkeypatch.setattr(worker_module, "IDLE_WAIT_S", 30.0)
+    registry, started = start_times("stamp")
+    producer = AsyncQueue(connect_async(redis_url), settings=slow_qs)
+    worker_redis = connect_async(redis_url)
+    try:
+        async with running_worker(worker_redis, slow_qs, registry, reaper_interval_s=30.0):
+            await eventually(lambda: _blocked_on_the_ready_list(redis_client),
+                             message="the worker blocked on the ready list")
+            sent = time.perf_counter()
+            await producer.enqueue("stamp", "later", delay=0.5)
+            await producer.enqueue("stamp", "now")
+            await eventually(lambda: "later" in started, timeout_s=10)
+    finally:
+        await worker_redis.aclose()
+        await producer.close()
+    assert started["now"] < started["later"]
+    assert 0.5 <= started["later"] - sent < 3.0, started["later"] - sent
+    assert_invariants(redis_client, slow_qs)

@@ -52,6 +52,14 @@ IDLE_WAIT_S = 1.0
 CANCEL_WAIT_S = 1.0
 
 
+def next_claim_wait_s(next_due_ms: int | None, now_ms: int | None) -> float:
+    """How long the next claim may block waiting for a job: until the next scheduled job is
+    due (at least 5 ms), at most IDLE_WAIT_S."""
+    if next_due_ms is None or now_ms is None:
+        return IDLE_WAIT_S
+    return min(max((next_due_ms - now_ms) / 1000, 0.005), IDLE_WAIT_S)
+
+
 def _headers(headers_json: str) -> dict[str, str]:
     """The job's headers; anything but a JSON object of strings (a foreign producer's mistake)
     is ignored rather than failing the job."""
@@ -256,14 +264,17 @@ class Worker:
         # A claim that failed is sent again as it was, with its claim id: if it ran and only
         # its reply was lost, Redis answers its leases again instead of leasing more.
         resend: Op[ClaimResult] | None = None
+        asked = 0  # how many jobs the claim in flight asked for
         while not self._stopping.is_set():
             wanted = self._wanted()
             if wanted <= 0 and resend is None:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
+            if resend is None:
+                asked = min(wanted, scripts.MAX_JOBS_PER_CALL)
             op = resend or claim_op(self.queue, self.settings, worker_id=self.worker_id,
-                                    max_jobs=wanted, claim_id=secrets.token_hex(8))
+                                    max_jobs=asked, claim_id=secrets.token_hex(8))
             resend = None
             from_idle_wait = wait_s is not None
             try:
@@ -339,12 +350,14 @@ class Worker:
                     # before the next claim is built and sent (about 0.25 ms at idle here). A
                     # busy drain does not yield: its next claim overlaps the handlers' work.
                     await asyncio.sleep(0)
-                continue
-            if result.duplicates:
-                continue
-            wait_s = IDLE_WAIT_S
-            if result.next_due_ms is not None and result.now_ms is not None:
-                wait_s = min(max((result.next_due_ms - result.now_ms) / 1000, 0.005), IDLE_WAIT_S)
+            if result.replayed_claimed_at_ms is not None or (
+                    len(result.jobs) + len(result.duplicates) >= asked):
+                continue  # the ready list may hold more: claim again at once
+            # Fewer jobs than asked for: the ready list ran out (or what was popped was deferred
+            # or settled). The next claim waits behind a blocking pop, which returns at once if
+            # a job arrived meanwhile; a claim sent straight away would mostly find nothing and
+            # cost a round trip per job on a queue that keeps up with its producers.
+            wait_s = next_claim_wait_s(result.next_due_ms, result.now_ms)
 
     async def _wait_for_work(self, timeout_s: float) -> None:
         """Blocks until the ready list is non-empty (or the timeout passes), for clients that

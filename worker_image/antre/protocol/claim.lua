@@ -32,7 +32,7 @@
 -- Returns: {0, -1, now_ms, 1} when the worker's last beat (KEYS[7]) is older than lease_ms:
 --          nothing is promoted, popped or written; else {0, next_due_ms or -1, now_ms} when
 --          nothing was popped, else
---          {1, n_duplicates, next_due_ms or -1 (only read when nothing was leased), now_ms,
+--          {1, n_duplicates, next_due_ms or -1, now_ms,
 --           then 3 values per duplicate settled without running: id, type, idempotency_key;
 --           then 10 values per leased job: id, type, payload, attempt, max_attempts, lease,
 --           idempotency_key, resource_key, created_at, headers};
@@ -272,13 +272,12 @@ call_in_chunks('ZADD', processing_key, leased)
 call_in_chunks('HDEL', queued_key, taken_ids)
 if #dups > 0 then redis.call('HINCRBY', stats_key, 'duplicate', #dups / 3) end
 if deferred > 0 then redis.call('HINCRBY', stats_key, 'lock_deferred', deferred) end
--- When everything popped was deferred or settled, tell the worker when the next job is due,
--- so it waits for that instead of a full idle period.
+-- When the next scheduled job is due, so that a worker that got fewer jobs than it asked for
+-- (the ready list ran out, or what it popped was deferred or settled) waits for that instead of
+-- a full idle period.
 local next_due = -1
-if #result == 0 then
-  local head = redis.call('ZRANGE', retry_key, 0, 0, 'WITHSCORES')
-  if head[2] then next_due = tonumber(head[2]) end
-end
+local head = redis.call('ZRANGE', retry_key, 0, 0, 'WITHSCORES')
+if head[2] then next_due = tonumber(head[2]) end
 -- Remembered for a lease (when they have all expired, a replay would answer nothing), so a
 -- claim sent again after a lost reply gets these leases instead of stranding them.
 if claim_key and claim_id and #result > 0 then

@@ -27,7 +27,8 @@ class Duplicate:
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
     jobs: list[ClaimedJob]
-    #: When nothing was leased: the due time (ms, Redis clock) of the next scheduled job, or None.
+    #: The due time (ms, Redis clock) of the next scheduled job, or None (a claim sent again
+    #: after a lost reply does not read it).
     next_due_ms: int | None
     #: The Redis clock (ms) at the call, to turn next_due_ms into a wait.
     now_ms: int | None
