@@ -21,12 +21,13 @@ import random
 import sys
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 try:
     import kopf
     import kubernetes
 
-    from antre_operator import handlers, kube, reconciling, settings
+    from antre_operator import handlers, kube, reconciling, resolver, settings
 except ModuleNotFoundError as exc:  # installed without the operator extra
     if exc.name not in ("kopf", "kubernetes"):
         raise
@@ -34,7 +35,7 @@ except ModuleNotFoundError as exc:  # installed without the operator extra
                      "extra: pip install 'antre[operator]'\n")
     raise SystemExit(2) from None
 
-__all__ = ["handlers", "main", "parse_args", "run"]
+__all__ = ["handlers", "main", "parse_args", "run", "run_in_own_loop"]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -118,6 +119,13 @@ async def run(ours: settings.OperatorSettings, *, stop_flag: threading.Event | N
     )
 
 
+def run_in_own_loop(ours: settings.OperatorSettings, **options: Any) -> None:
+    """:func:`run` in a new event loop whose name lookups no JobQueue can hold up for the
+    others (:mod:`antre_operator.resolver`), until it returns."""
+    with asyncio.Runner(loop_factory=resolver.ResolvingLoop) as runner:
+        runner.run(run(ours, **options))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     kopf.configure(verbose=args.verbose, debug=args.debug)
@@ -134,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.getLogger("antre_operator").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run(ours, liveness=args.liveness))
+        run_in_own_loop(ours, liveness=args.liveness)
     return 0
 
 

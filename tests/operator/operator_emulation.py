@@ -33,7 +33,7 @@ import jsonpatch
 import kmock
 import yaml
 from antre_operator import settings
-from antre_operator.__main__ import run
+from antre_operator.__main__ import run_in_own_loop
 from kmock._internal import enums
 from operator_samples import CRD_PATH
 
@@ -183,7 +183,7 @@ class OperatorThread:
 
     def _main(self) -> None:
         try:
-            asyncio.run(run(self.settings, stop_flag=self.stop_flag, ready_flag=self.ready_flag))
+            run_in_own_loop(self.settings, stop_flag=self.stop_flag, ready_flag=self.ready_flag)
         except BaseException as exc:  # reported by stop()
             self.error = exc
 

@@ -1,0 +1,113 @@
+"""The operator's event loop: a Redis host name that hangs in DNS holds up no other JobQueue.
+
+DNS that hangs cannot be made here (the resolver's nameservers come from /etc/resolv.conf, and
+this machine's answers at once), so ``socket.getaddrinfo`` is replaced for names ending in
+``.hangs.test``: their lookups block until the test ends, as lookups do against a nameserver
+that drops queries. Every other name is looked up for real, and the reads go to a real
+redis-server through the operator's own reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from antre_operator.backlog import QueueReader, RedisReadError
+from antre_operator.resolver import LOOKUP_THREADS, ResolvingLoop
+
+HANGS = ".hangs.test"
+
+
+class HangingDns:
+    """``socket.getaddrinfo`` for the test: names ending in ``.hangs.test`` block until
+    :meth:`release`; ``blocked`` counts the lookups blocked at once."""
+
+    def __init__(self, real: Callable[..., Any]) -> None:
+        self.real = real
+        self.released = threading.Event()
+        self.blocked = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, host: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(host, str) and host.endswith(HANGS):
+            with self._lock:
+                self.blocked += 1
+            self.released.wait()
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return self.real(host, *args, **kwargs)
+
+    def release(self) -> None:
+        self.released.set()
+
+
+@pytest.fixture
+def dns(monkeypatch: pytest.MonkeyPatch) -> Iterator[HangingDns]:
+    hanging = HangingDns(socket.getaddrinfo)
+    monkeypatch.setattr(socket, "getaddrinfo", hanging)
+    try:
+        yield hanging
+    finally:
+        hanging.release()
+
+
+def in_operator_loop(scenario: Callable[[], Any]) -> Any:
+    with asyncio.Runner(loop_factory=ResolvingLoop) as runner:
+        return runner.run(scenario())
+
+
+async def give_up_after(seconds: float, awaitable: Any) -> None:
+    with pytest.raises((TimeoutError, RedisReadError)):
+        await asyncio.wait_for(awaitable, seconds)
+
+
+def test_a_hanging_name_holds_one_thread_whatever_its_callers_do(dns: HangingDns) -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        names = [f"redis-{n}{HANGS}" for n in range(5)]
+        # Each name asked for 20 times over, every caller giving up (as a poll's timeout does),
+        # and asked again after that.
+        for _ in range(2):
+            await asyncio.gather(*(give_up_after(0.05, loop.getaddrinfo(name, 6379))
+                                   for name in names for _ in range(20)))
+        assert dns.blocked == len(names)
+        # A name that answers is looked up at once, and twice the same way.
+        found = await asyncio.wait_for(loop.getaddrinfo("localhost", 6379), 5)
+        assert found and found == await loop.getaddrinfo("localhost", 6379)
+
+    in_operator_loop(scenario)
+
+
+def test_a_queue_whose_host_hangs_in_dns_holds_up_no_other(dns: HangingDns,
+                                                          redis_url: str) -> None:
+    # More JobQueues with hanging names than asyncio's default executor has threads (6 on two
+    # cores), each polled several times: with that executor, the healthy queue's lookup of
+    # "localhost" would wait behind them until a lookup ended.
+    default_threads = min(32, (os.cpu_count() or 1) + 4)
+    hanging_queues = min(3 * default_threads, LOOKUP_THREADS - 1)
+    assert hanging_queues > default_threads
+    port = urlsplit(redis_url).port
+
+    async def scenario() -> None:
+        stuck = [QueueReader(f"redis://queue-{n}{HANGS}:6379", queue="q", prefix="antre",
+                             timeout_s=0.05) for n in range(hanging_queues)]
+        healthy = QueueReader(f"redis://localhost:{port}", queue="q", prefix="antre", timeout_s=5)
+        try:
+            for _ in range(3):
+                await asyncio.gather(*(give_up_after(1, reader.read()) for reader in stuck))
+            started = time.monotonic()
+            reading = await healthy.read()
+            assert reading.numbers.ready == 0
+            assert time.monotonic() - started < 5
+            assert dns.blocked == hanging_queues
+        finally:
+            for reader in [*stuck, healthy]:
+                await reader.close()
+
+    in_operator_loop(scenario)
