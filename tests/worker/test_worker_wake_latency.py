@@ -190,7 +190,8 @@ def claims_seen(redis_client: Any) -> Any:
 
 
 async def test_a_worker_keeping_up_with_its_producer_claims_once_per_job(
-        redis_client: Any, redis_url: str, slow_qs: QueueSettings) -> None:
+        redis_client: Any, redis_url: str, slow_qs: QueueSettings,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # Each job arrives after the one before it finished: every claim that leased it got fewer
     # jobs than it asked for, so the next one waits behind the blocking pop. A plain claim sent
     # straight after it would find the queue empty, a wasted round trip per job.
@@ -198,8 +199,14 @@ async def test_a_worker_keeping_up_with_its_producer_claims_once_per_job(
     producer = AsyncQueue(connect_async(redis_url), settings=slow_qs)
     worker_redis = connect_async(redis_url)
     jobs = 30
+    round_trips: list[float] = []
     try:
-        async with running_worker(worker_redis, slow_qs, registry):
+        async with running_worker(worker_redis, slow_qs, registry) as worker:
+            # The prefetch buffer is sized from the claims' round trips: those sent behind the
+            # wait count too (the wait taken out), or it would keep the first claim's forever.
+            measure = worker.prefetch.claimed
+            monkeypatch.setattr(worker.prefetch, "claimed",
+                                lambda rtt_s: (round_trips.append(rtt_s), measure(rtt_s)))
             await eventually(lambda: _blocked_on_the_ready_list(redis_client),
                              message="the worker blocked on the ready list")
             with claims_seen(redis_client) as counts:
@@ -215,6 +222,9 @@ async def test_a_worker_keeping_up_with_its_producer_claims_once_per_job(
     # worker is between a reply and its next wait: a few plain claims at most, not one per job.
     assert plain + behind_the_wait <= jobs + 3, counts
     assert behind_the_wait >= jobs - 3, counts
+    assert len(round_trips) >= jobs, len(round_trips)
+    # Each one the wire's time, not the idle time before the job arrived.
+    assert statistics.median(round_trips) < 0.1, round_trips
     assert_invariants(redis_client, slow_qs)
 
 
@@ -241,4 +251,40 @@ async def test_a_scheduled_job_starts_when_due_after_a_claim_that_leased(
         await producer.close()
     assert started["now"] < started["later"]
     assert 0.5 <= started["later"] - sent < 3.0, started["later"] - sent
+    assert_invariants(redis_client, slow_qs)
+
+
+async def test_a_scheduled_job_is_not_held_back_by_a_wait_decided_before_a_slot_freed(
+        redis_client: Any, redis_url: str, slow_qs: QueueSettings,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # One slot and a prefetch buffer of 4 (forced: its size depends on measured timings): the
+    # first claim leases "slow" and the three behind it, fewer than the 5 it asked for, so the
+    # next claim is to wait until "later" is due; but the worker first waits for its slot, past
+    # that time. When the slot frees, "later" is due and must be claimed at once, not after a
+    # wait that was decided 1.2 s earlier.
+    monkeypatch.setattr(worker_module, "IDLE_WAIT_S", 30.0)
+    registry, started = start_times("stamp")
+    finished: dict[str, float] = {}
+
+    @registry.handler("slow")
+    async def slow(job: Any) -> None:
+        await asyncio.sleep(1.2)
+        finished["slow"] = time.perf_counter()
+
+    producer = AsyncQueue(connect_async(redis_url), settings=slow_qs)
+    worker_redis = connect_async(redis_url)
+    try:
+        async with running_worker(worker_redis, slow_qs, registry, concurrency=1,
+                                  reaper_interval_s=30.0) as worker:
+            monkeypatch.setattr(worker.prefetch, "size", lambda now: 4)
+            await eventually(lambda: _blocked_on_the_ready_list(redis_client),
+                             message="the worker blocked on the ready list")
+            await producer.enqueue("stamp", "later", delay=0.6)
+            await producer.enqueue_many([("slow", None), ("stamp", "b"), ("stamp", "c"),
+                                         ("stamp", "d")])
+            await eventually(lambda: "later" in started, timeout_s=10)
+    finally:
+        await worker_redis.aclose()
+        await producer.close()
+    assert started["later"] - finished["slow"] < 0.3, started["later"] - finished["slow"]
     assert_invariants(redis_client, slow_qs)

@@ -60,6 +60,11 @@ def next_claim_wait_s(next_due_ms: int | None, now_ms: int | None) -> float:
     return min(max((next_due_ms - now_ms) / 1000, 0.005), IDLE_WAIT_S)
 
 
+def due_already(next_due_ms: int | None, now_ms: int | None) -> bool:
+    """Whether a scheduled job was due when the claim ran (more than it promoted)."""
+    return next_due_ms is not None and now_ms is not None and next_due_ms <= now_ms
+
+
 def _headers(headers_json: str) -> dict[str, str]:
     """The job's headers; anything but a JSON object of strings (a foreign producer's mistake)
     is ignored rather than failing the job."""
@@ -260,7 +265,8 @@ class Worker:
 
     async def _claim_loop(self) -> None:
         outages = 0
-        wait_s: float | None = None  # set while the queue is empty: the next claim blocks first
+        # Set while the queue is empty: the next claim blocks first, until this (monotonic) time.
+        wait_until: float | None = None
         # A claim that failed is sent again as it was, with its claim id: if it ran and only
         # its reply was lost, Redis answers its leases again instead of leasing more.
         resend: Op[ClaimResult] | None = None
@@ -273,6 +279,10 @@ class Worker:
                 continue
             if resend is None:
                 asked = min(wanted, scripts.MAX_JOBS_PER_CALL)
+            # A wait decided before the worker waited for a free slot is shorter by that time.
+            wait_s = None if wait_until is None else wait_until - time.monotonic()
+            if wait_s is not None and wait_s <= 0:
+                wait_s = None
             op = resend or claim_op(self.queue, self.settings, worker_id=self.worker_id,
                                     max_jobs=asked, claim_id=secrets.token_hex(8))
             resend = None
@@ -288,6 +298,9 @@ class Worker:
                     result = await self._idle.claim_when_ready(self.queue.keys.ready, op, wait_s)
                     # The leases began when the claim ran, after the wait: count from there.
                     claim_sent_at += self._idle.waited_s
+                    # A worker that keeps up sends every claim behind the wait: its round trip
+                    # (the wait taken out) is what sizes the prefetch buffer then.
+                    self.prefetch.claimed(max(time.monotonic() - claim_sent_at, 0.0))
                 else:
                     await self._wait_for_work(wait_s)
                     continue
@@ -307,7 +320,7 @@ class Worker:
                 await self.outages.wait("claim", exc, outages)
                 continue
             finally:
-                wait_s = None
+                wait_until = None
             if result.replayed_claimed_at_ms is not None and result.now_ms is not None:
                 # The leases began at the first sending: count from there (Redis's clock alone).
                 claim_sent_at -= max(result.now_ms - result.replayed_claimed_at_ms, 0) / 1000
@@ -353,11 +366,14 @@ class Worker:
             if result.replayed_claimed_at_ms is not None or (
                     len(result.jobs) + len(result.duplicates) >= asked):
                 continue  # the ready list may hold more: claim again at once
+            if (result.jobs or result.duplicates) and due_already(result.next_due_ms,
+                                                                  result.now_ms):
+                continue  # more retries were due than one claim promotes
             # Fewer jobs than asked for: the ready list ran out (or what was popped was deferred
             # or settled). The next claim waits behind a blocking pop, which returns at once if
             # a job arrived meanwhile; a claim sent straight away would mostly find nothing and
             # cost a round trip per job on a queue that keeps up with its producers.
-            wait_s = next_claim_wait_s(result.next_due_ms, result.now_ms)
+            wait_until = time.monotonic() + next_claim_wait_s(result.next_due_ms, result.now_ms)
 
     async def _wait_for_work(self, timeout_s: float) -> None:
         """Blocks until the ready list is non-empty (or the timeout passes), for clients that
