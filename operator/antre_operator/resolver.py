@@ -9,7 +9,8 @@ executor, and every other JobQueue's connection to its Redis then waits behind t
 
 :class:`ResolvingLoop` runs each distinct lookup at most once at a time, shared by every caller
 that asks for it meanwhile (a caller that gives up leaves it running for the others), on threads
-of its own. A name that hangs holds one thread, whatever its JobQueues do.
+of its own. A lookup is shared by host name, whatever the port (filled in after), so a name that
+hangs holds one thread, whatever its JobQueues do.
 """
 
 from __future__ import annotations
@@ -26,6 +27,17 @@ LOOKUP_THREADS: Final = 64
 _Lookup = tuple[Any, Any, int, int, int, int]
 
 
+def _port_number(port: Any) -> int | None:
+    """``port`` as getaddrinfo would put it in an address: a number (0 for none), or None for a
+    service name."""
+    if port is None:
+        return 0
+    if isinstance(port, int):
+        return port
+    text = port.decode() if isinstance(port, bytes) else str(port)
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 class ResolvingLoop(asyncio.SelectorEventLoop):
     """The event loop the operator runs in (see the module's docstring)."""
 
@@ -37,7 +49,16 @@ class ResolvingLoop(asyncio.SelectorEventLoop):
 
     async def getaddrinfo(self, host: Any, port: Any, *, family: int = 0, type: int = 0,
                           proto: int = 0, flags: int = 0) -> Any:
-        key: _Lookup = (host, port, family, type, proto, flags)
+        number = _port_number(port)
+        if number is None:  # a service name: looked up with the host
+            return await self._shared((host, port, family, type, proto, flags))
+        # Looked up without the port, which is filled in after: one hanging name asked for on
+        # many ports (a Sentinel URL lists several) must still hold a single thread.
+        found = await self._shared((host, None, family, type, proto, flags))
+        return [(family_, type_, proto_, name, (address[0], number, *address[2:]))
+                for family_, type_, proto_, name, address in found]
+
+    async def _shared(self, key: _Lookup) -> Any:
         lookup = self._lookups.get(key)
         if lookup is None:
             lookup = self.run_in_executor(self._lookup_threads, socket.getaddrinfo, *key)
