@@ -17,7 +17,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from antre import errors, redis_urls, sentinel, sentinel_urls
+from antre import command_packing, errors, redis_urls, sentinel, sentinel_urls
 
 _STANDALONE = {"redis", "rediss", "unix"}
 _CLUSTER = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
@@ -141,14 +141,16 @@ def connect_async(url: str, **overrides: Any) -> Any:
     cluster, real_url = _split(url)
     if sentinel_urls.is_sentinel_url(url):
         parsed = _parse_sentinel(url)
-        return sentinel.connect_async(parsed, _sentinel_options(parsed, overrides))
+        return command_packing.packed_by_hiredis(
+            sentinel.connect_async(parsed, _sentinel_options(parsed, overrides)))
     redis_urls.check_url(url)
     try:
         if cluster:
             options = _options(real_url, **overrides)
             options.pop("health_check_interval", None)
             return redis.asyncio.cluster.RedisCluster.from_url(real_url, **options)
-        return redis.asyncio.Redis.from_url(real_url, **_options(real_url, **overrides))
+        return command_packing.packed_by_hiredis(
+            redis.asyncio.Redis.from_url(real_url, **_options(real_url, **overrides)))
     except (ValueError, redis.RedisError) as exc:
         raise errors.InvalidArgument(f"redis url {redact(url)!r}: {exc}") from None
 
