@@ -3,12 +3,13 @@ redis-py's own Python packer, on every kind of connection antre opens."""
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio
-from antre import AsyncQueue, connection
+from antre import AsyncQueue, command_packing, connection
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
 from antre.settings import QueueSettings, WorkerSettings
@@ -24,6 +25,13 @@ ARGUMENTS = [
     scripts.evalsha_command(claim_op(QueueSettings(name="q"), WorkerSettings(),
                                      worker_id="w-1", max_jobs=5, claim_id="0123abcd")),
 ]
+
+class Attempts(enum.IntEnum):
+    THREE = 3
+
+
+#: Arguments hiredis does not take, which redis-py's own packer sends or refuses.
+HANDED_ON = [("SET", "k", Attempts.THREE)]
 REFUSED = [("SET", "k", True), ("SET", "k", None), ("SET", "k", "lone \udc80 surrogate")]
 
 
@@ -40,6 +48,8 @@ def test_asyncio_clients_pack_with_hiredis_the_same_bytes(redis_url: str) -> Non
     commands = [("CLIENT", "ID"), ("TIME",), ARGUMENTS[-1]]
     assert (b"".join(packer.pack_commands(commands))
             == b"".join(redis.asyncio.Connection().pack_commands(commands)))
+    for args in HANDED_ON:
+        assert b"".join(packer.pack_command(*args)) == python_packed(*args), args
     for args in REFUSED:
         with pytest.raises(Exception) as ours:
             packer.pack_command(*args)
@@ -62,6 +72,12 @@ def test_sentinel_clients_are_switched(url: str) -> None:
     standalone = connection.connect_async("redis://127.0.0.1:1/0").connection_pool
     connection_class = connection.connect_async(url).connection_pool.connection_class
     assert connection_class.pack_command is standalone.connection_class.pack_command
+
+
+def test_switching_a_client_twice_changes_nothing() -> None:
+    client = connection.connect_async("redis://127.0.0.1:1/0")
+    switched = client.connection_pool.connection_class
+    assert command_packing.packed_by_hiredis(client).connection_pool.connection_class is switched
 
 
 def test_a_client_of_another_encoding_keeps_redis_pys_packer() -> None:

@@ -95,6 +95,15 @@ def start_times(job_type: str) -> tuple[HandlerRegistry, dict[Any, float]]:
     return registry, started
 
 
+def claim_round_trips(worker: Any, monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The claim round trips ``worker`` gives its prefetch sizer from now on, as they come."""
+    round_trips: list[float] = []
+    measure = worker.prefetch.claimed
+    monkeypatch.setattr(worker.prefetch, "claimed",
+                        lambda rtt_s: (round_trips.append(rtt_s), measure(rtt_s)))
+    return round_trips
+
+
 @pytest.fixture
 def slow_qs() -> QueueSettings:
     return QueueSettings(name="wake", max_attempts=3)
@@ -199,14 +208,11 @@ async def test_a_worker_keeping_up_with_its_producer_claims_once_per_job(
     producer = AsyncQueue(connect_async(redis_url), settings=slow_qs)
     worker_redis = connect_async(redis_url)
     jobs = 30
-    round_trips: list[float] = []
     try:
         async with running_worker(worker_redis, slow_qs, registry) as worker:
             # The prefetch buffer is sized from the claims' round trips: those sent behind the
             # wait count too (the wait taken out), or it would keep the first claim's forever.
-            measure = worker.prefetch.claimed
-            monkeypatch.setattr(worker.prefetch, "claimed",
-                                lambda rtt_s: (round_trips.append(rtt_s), measure(rtt_s)))
+            round_trips = claim_round_trips(worker, monkeypatch)
             await eventually(lambda: _blocked_on_the_ready_list(redis_client),
                              message="the worker blocked on the ready list")
             with claims_seen(redis_client) as counts:
@@ -287,4 +293,32 @@ async def test_a_scheduled_job_is_not_held_back_by_a_wait_decided_before_a_slot_
         await worker_redis.aclose()
         await producer.close()
     assert started["later"] - finished["slow"] < 0.3, started["later"] - finished["slow"]
+    assert_invariants(redis_client, slow_qs)
+
+
+async def test_a_claim_after_the_scripts_were_flushed_counts_its_wait_as_a_wait(
+        redis_client: Any, redis_url: str, slow_qs: QueueSettings,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Redis lost its scripts (a restart, a failover, SCRIPT FLUSH) during a wait: the claim
+    # behind it answers NOSCRIPT and is sent again on its own. The wait before it is not part of
+    # that claim's round trip, which sizes the prefetch buffer.
+    registry, started = start_times("ping")
+    worker_redis = connect_async(redis_url)
+    producer = AsyncQueue(connect_async(redis_url), settings=slow_qs)
+    try:
+        async with running_worker(worker_redis, slow_qs, registry) as worker:
+            round_trips = claim_round_trips(worker, monkeypatch)
+            await eventually(lambda: _blocked_on_the_ready_list(redis_client),
+                             message="the worker blocked on the ready list")
+            redis_client.script_flush()
+            waited_from = time.perf_counter()
+            await asyncio.sleep(0.5)  # the wait this claim must not count as its round trip
+            await producer.enqueue("ping", "after the flush")
+            await eventually(lambda: "after the flush" in started, timeout_s=5)
+            waited_s = time.perf_counter() - waited_from
+    finally:
+        await worker_redis.aclose()
+        await producer.close()
+    assert round_trips, "no claim was measured"
+    assert max(round_trips) < waited_s / 2, (round_trips, waited_s)
     assert_invariants(redis_client, slow_qs)

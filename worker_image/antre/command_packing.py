@@ -4,7 +4,8 @@ redis-py's asyncio connections pack every command in Python, argument by argumen
 hiredis installed (its sync connections use hiredis's packer): 22 us for a claim's EVALSHA of
 23 arguments against 2 us, and an ``enqueue_many`` call of 200 jobs carries 1,600. The bytes
 are the same, and so are the errors for what cannot be sent (``DataError``,
-``UnicodeEncodeError``); only clients that encode as UTF-8, strictly (antre's), are switched.
+``UnicodeEncodeError``): an argument hiredis does not take goes to redis-py's packer. Only
+clients that encode as UTF-8, strictly (antre's), are switched.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import functools
 from typing import Any
 
 import redis.connection
+import redis.exceptions
 from redis.utils import HIREDIS_AVAILABLE
 
 #: redis-py's own serializer for its sync connections (not in every redis-py 5 release).
@@ -23,7 +25,12 @@ class _HiredisPacking:
     _packer: Any = _SERIALIZER() if _SERIALIZER is not None else None
 
     def pack_command(self, *args: Any) -> list[bytes]:
-        return self._packer.pack(*args)  # type: ignore[no-any-return]
+        try:
+            return self._packer.pack(*args)  # type: ignore[no-any-return]
+        except redis.exceptions.DataError:
+            # hiredis takes exact ints, strs, bytes and floats only: anything else (an IntEnum)
+            # is sent, or refused, as redis-py's own packer does.
+            return super().pack_command(*args)  # type: ignore[misc,no-any-return]
 
 
 @functools.cache
@@ -41,5 +48,6 @@ def packed_by_hiredis(client: Any) -> Any:
     if (str(options.get("encoding", "utf-8")).lower().replace("_", "-") not in ("utf-8", "utf8")
             or options.get("encoding_errors", "strict") != "strict"):
         return client
-    pool.connection_class = _packing(pool.connection_class)
+    if not issubclass(pool.connection_class, _HiredisPacking):
+        pool.connection_class = _packing(pool.connection_class)
     return client

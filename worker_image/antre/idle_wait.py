@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any, TypeVar
 
 import redis
@@ -69,11 +70,13 @@ class IdleWait:
                     scripts.evalsha_command(op)]
         blocked_id = self._blocked_id = asyncio.get_running_loop().create_future()
         try:
+            sent_at = time.monotonic()
             await connection.send_packed_command(connection.pack_commands(commands))
             blocked_id.set_result(int(await connection.read_response()))
             seconds, micros = await connection.read_response()
             waited_from_ms = int(seconds) * 1000 + int(micros) // 1000
             await connection.read_response(timeout=timeout + connection.socket_timeout)
+            wait_replied_at = time.monotonic()
             try:
                 reply = await connection.read_response()
             except redis.ResponseError as exc:
@@ -89,6 +92,9 @@ class IdleWait:
             if not blocked_id.done():
                 blocked_id.cancel()
         if isinstance(reply, redis.ResponseError) and scripts.is_noscript(reply):
+            # The claim runs after the wait's reply came back (this clock: a little later than
+            # Redis ended the wait, so leases counted from here are never counted too early).
+            self.waited_s = wait_replied_at - sent_at
             return await scripts.run_async(self.client, op)  # EVAL loads it for next time
         result = scripts.parse_reply(op, reply)
         ran_at_ms = getattr(result, "now_ms", None)
