@@ -50,7 +50,7 @@ class ResolvingLoop(asyncio.SelectorEventLoop):
     async def getaddrinfo(self, host: Any, port: Any, *, family: int = 0, type: int = 0,
                           proto: int = 0, flags: int = 0) -> Any:
         number = _port_number(port)
-        if number is None:  # a service name: looked up with the host
+        if number is None or host is None:  # a service name, or this host's own addresses
             return await self._shared((host, port, family, type, proto, flags))
         # Looked up without the port, which is filled in after: one hanging name asked for on
         # many ports (a Sentinel URL lists several) must still hold a single thread.

@@ -87,6 +87,9 @@ def test_a_hanging_name_holds_one_thread_whatever_its_callers_do(dns: HangingDns
             found = await asyncio.wait_for(
                 loop.getaddrinfo("localhost", port, type=socket.SOCK_STREAM), 5)
             assert found == dns.real("localhost", port, type=socket.SOCK_STREAM)
+        # No host: this host's own addresses, as a server binding every interface asks.
+        passive = {"type": socket.SOCK_STREAM, "flags": socket.AI_PASSIVE}
+        assert await loop.getaddrinfo(None, 8080, **passive) == dns.real(None, 8080, **passive)
 
     in_operator_loop(scenario)
 
