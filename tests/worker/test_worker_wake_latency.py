@@ -104,6 +104,23 @@ def claim_round_trips(worker: Any, monkeypatch: pytest.MonkeyPatch) -> list[floa
     return round_trips
 
 
+@contextlib.asynccontextmanager
+async def idle_worker(redis_client: Any, redis_url: str, qs: QueueSettings,
+                      registry: HandlerRegistry, **settings: Any,
+                      ) -> AsyncIterator[tuple[Any, AsyncQueue]]:
+    """A worker blocked on ``qs``'s empty ready list, and a producer for that queue."""
+    producer = AsyncQueue(connect_async(redis_url), settings=qs)
+    worker_redis = connect_async(redis_url)
+    try:
+        async with running_worker(worker_redis, qs, registry, **settings) as worker:
+            await eventually(lambda: _blocked_on_the_ready_list(redis_client),
+                             message="the worker blocked on the ready list")
+            yield worker, producer
+    finally:
+        await worker_redis.aclose()
+        await producer.close()
+
+
 @pytest.fixture
 def slow_qs() -> QueueSettings:
     return QueueSettings(name="wake", max_attempts=3)
@@ -205,24 +222,16 @@ async def test_a_worker_keeping_up_with_its_producer_claims_once_per_job(
     # jobs than it asked for, so the next one waits behind the blocking pop. A plain claim sent
     # straight after it would find the queue empty, a wasted round trip per job.
     registry, started = start_times("ping")
-    producer = AsyncQueue(connect_async(redis_url), settings=slow_qs)
-    worker_redis = connect_async(redis_url)
     jobs = 30
-    try:
-        async with running_worker(worker_redis, slow_qs, registry) as worker:
-            # The prefetch buffer is sized from the claims' round trips: those sent behind the
-            # wait count too (the wait taken out), or it would keep the first claim's forever.
-            round_trips = claim_round_trips(worker, monkeypatch)
-            await eventually(lambda: _blocked_on_the_ready_list(redis_client),
-                             message="the worker blocked on the ready list")
-            with claims_seen(redis_client) as counts:
-                for i in range(jobs):
-                    await producer.enqueue("ping", i)
-                    await eventually(lambda i=i: i in started, timeout_s=5)
-                await eventually(lambda: redis_client.zcard(slow_qs.keys.processing) == 0)
-    finally:
-        await worker_redis.aclose()
-        await producer.close()
+    async with idle_worker(redis_client, redis_url, slow_qs, registry) as (worker, producer):
+        # The prefetch buffer is sized from the claims' round trips: those sent behind the
+        # wait count too (the wait taken out), or it would keep the first claim's forever.
+        round_trips = claim_round_trips(worker, monkeypatch)
+        with claims_seen(redis_client) as counts:
+            for i in range(jobs):
+                await producer.enqueue("ping", i)
+                await eventually(lambda i=i: i in started, timeout_s=5)
+            await eventually(lambda: redis_client.zcard(slow_qs.keys.processing) == 0)
     plain, behind_the_wait = counts
     # The first claim's BLMOVE was sent before the count began; a job may land while the
     # worker is between a reply and its next wait: a few plain claims at most, not one per job.
@@ -242,19 +251,12 @@ async def test_a_scheduled_job_starts_when_due_after_a_claim_that_leased(
     # promote "later" when due, runs too rarely here to help.)
     monkeypatch.setattr(worker_module, "IDLE_WAIT_S", 30.0)
     registry, started = start_times("stamp")
-    producer = AsyncQueue(connect_async(redis_url), settings=slow_qs)
-    worker_redis = connect_async(redis_url)
-    try:
-        async with running_worker(worker_redis, slow_qs, registry, reaper_interval_s=30.0):
-            await eventually(lambda: _blocked_on_the_ready_list(redis_client),
-                             message="the worker blocked on the ready list")
-            sent = time.perf_counter()
-            await producer.enqueue("stamp", "later", delay=0.5)
-            await producer.enqueue("stamp", "now")
-            await eventually(lambda: "later" in started, timeout_s=10)
-    finally:
-        await worker_redis.aclose()
-        await producer.close()
+    async with idle_worker(redis_client, redis_url, slow_qs, registry,
+                           reaper_interval_s=30.0) as (_, producer):
+        sent = time.perf_counter()
+        await producer.enqueue("stamp", "later", delay=0.5)
+        await producer.enqueue("stamp", "now")
+        await eventually(lambda: "later" in started, timeout_s=10)
     assert started["now"] < started["later"]
     assert 0.5 <= started["later"] - sent < 3.0, started["later"] - sent
     assert_invariants(redis_client, slow_qs)
@@ -277,21 +279,13 @@ async def test_a_scheduled_job_is_not_held_back_by_a_wait_decided_before_a_slot_
         await asyncio.sleep(1.2)
         finished["slow"] = time.perf_counter()
 
-    producer = AsyncQueue(connect_async(redis_url), settings=slow_qs)
-    worker_redis = connect_async(redis_url)
-    try:
-        async with running_worker(worker_redis, slow_qs, registry, concurrency=1,
-                                  reaper_interval_s=30.0) as worker:
-            monkeypatch.setattr(worker.prefetch, "size", lambda now: 4)
-            await eventually(lambda: _blocked_on_the_ready_list(redis_client),
-                             message="the worker blocked on the ready list")
-            await producer.enqueue("stamp", "later", delay=0.6)
-            await producer.enqueue_many([("slow", None), ("stamp", "b"), ("stamp", "c"),
-                                         ("stamp", "d")])
-            await eventually(lambda: "later" in started, timeout_s=10)
-    finally:
-        await worker_redis.aclose()
-        await producer.close()
+    async with idle_worker(redis_client, redis_url, slow_qs, registry, concurrency=1,
+                           reaper_interval_s=30.0) as (worker, producer):
+        monkeypatch.setattr(worker.prefetch, "size", lambda now: 4)
+        await producer.enqueue("stamp", "later", delay=0.6)
+        await producer.enqueue_many([("slow", None), ("stamp", "b"), ("stamp", "c"),
+                                     ("stamp", "d")])
+        await eventually(lambda: "later" in started, timeout_s=10)
     assert started["later"] - finished["slow"] < 0.3, started["later"] - finished["slow"]
     assert_invariants(redis_client, slow_qs)
 
@@ -303,22 +297,14 @@ async def test_a_claim_after_the_scripts_were_flushed_counts_its_wait_as_a_wait(
     # behind it answers NOSCRIPT and is sent again on its own. The wait before it is not part of
     # that claim's round trip, which sizes the prefetch buffer.
     registry, started = start_times("ping")
-    worker_redis = connect_async(redis_url)
-    producer = AsyncQueue(connect_async(redis_url), settings=slow_qs)
-    try:
-        async with running_worker(worker_redis, slow_qs, registry) as worker:
-            round_trips = claim_round_trips(worker, monkeypatch)
-            await eventually(lambda: _blocked_on_the_ready_list(redis_client),
-                             message="the worker blocked on the ready list")
-            redis_client.script_flush()
-            waited_from = time.perf_counter()
-            await asyncio.sleep(0.5)  # the wait this claim must not count as its round trip
-            await producer.enqueue("ping", "after the flush")
-            await eventually(lambda: "after the flush" in started, timeout_s=5)
-            waited_s = time.perf_counter() - waited_from
-    finally:
-        await worker_redis.aclose()
-        await producer.close()
+    async with idle_worker(redis_client, redis_url, slow_qs, registry) as (worker, producer):
+        round_trips = claim_round_trips(worker, monkeypatch)
+        redis_client.script_flush()
+        waited_from = time.perf_counter()
+        await asyncio.sleep(0.5)  # the wait this claim must not count as its round trip
+        await producer.enqueue("ping", "after the flush")
+        await eventually(lambda: "after the flush" in started, timeout_s=5)
+        waited_s = time.perf_counter() - waited_from
     assert round_trips, "no claim was measured"
     assert max(round_trips) < waited_s / 2, (round_trips, waited_s)
     assert_invariants(redis_client, slow_qs)
