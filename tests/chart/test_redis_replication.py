@@ -160,6 +160,9 @@ def pods(rendered: Render, tmp_path: Path) -> Iterator[list[Pod]]:
     finally:
         for pod in started:
             pod.kill()
+        # Shown only when the test fails: what each Sentinel saw (a +tilt, a vote, a refusal).
+        for log in sorted(tmp_path.glob("pod-*/*.log")):
+            print(f"--- {log.relative_to(tmp_path)} ---\n{log.read_text(errors='replace')[-6000:]}")
 
 
 def sentinel_master(pod: Pod) -> dict[str, str]:
