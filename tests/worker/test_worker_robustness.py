@@ -4,20 +4,25 @@ Aspects: headers that are not a JSON object are ignored, not fatal; a handler ra
 unusable Retry is retried; an object with an async __call__ is awaited, not "acked" unrun; a
 heartbeat reply about an old lease leaves the newer lease of the same job alone; a plain-def
 handler past its timeout is failed at once but keeps its slot and its resource lock until the
-thread returns.
+thread returns; a handler raising SystemExit or KeyboardInterrupt fails its run and the worker
+goes on (an ``antre worker`` subprocess: asyncio would re-raise them out of the loop).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
-from antre import Backoff, HandlerRegistry, Job, Queue, Retry, errors
+from antre import Backoff, HandlerRegistry, Job, Queue, QueueSettings, Retry, errors
 from antre.metrics import WorkerMetrics
 from invariants import as_queued_hash, assert_invariants, read_record
+from redis_servers import child_env, wait_until
 from worker_harness import eventually, running_worker, status_of
 
 
@@ -305,4 +310,65 @@ async def test_a_stop_with_a_thread_still_running_keeps_its_lock(redis_client, a
         assert read_record(redis_client, qs, job_id).get("lock_kept") == "1"
     finally:
         hang.set()
+    assert_invariants(redis_client, qs)
+
+
+EXITING_HANDLERS = """\
+import sys
+
+import antre
+
+
+@antre.handler("exit_def")
+def exit_def(job):
+    sys.exit(3)  # argparse's error(), a CLI's main() reused as a handler...
+
+
+@antre.handler("exit_async")
+async def exit_async(job):
+    raise KeyboardInterrupt
+
+
+@antre.handler("exit_coroutine_from_def")
+def exit_coroutine_from_def(job):
+    return exit_async(job)  # a sync wrapper handing back a coroutine
+
+
+@antre.handler("ok")
+def ok(job):
+    pass
+"""
+
+
+@pytest.mark.parametrize("job_type", ["exit_def", "exit_async", "exit_coroutine_from_def"])
+@pytest.mark.parametrize("job_timeout", [None, "30"])
+def test_a_handler_raising_system_exit_fails_its_job_not_the_worker(redis_client, redis_url,
+                                                                    tmp_path, job_type,
+                                                                    job_timeout):
+    """A SystemExit or KeyboardInterrupt raised by a handler is that run's failure. asyncio
+    re-raises both out of the event loop: the whole worker process exited with the handler's
+    code, its other runs left to expire, the job neither retried nor dead-lettered."""
+    (tmp_path / "exiting_jobs.py").write_text(EXITING_HANDLERS)
+    qs = QueueSettings(name="exits")
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue(job_type, max_attempts=1).job_id
+    env = {**child_env(), **({"ANTRE_JOB_TIMEOUT": job_timeout} if job_timeout else {})}
+    proc = subprocess.Popen([sys.executable, "-m", "antre", "worker", "--handlers",
+                             "exiting_jobs", "--redis-url", redis_url, "--queue", qs.name],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: queue.get(job_id).status == "dead" or proc.poll() is not None,
+                   timeout_s=20, message="the job failed, or the worker gone")
+        assert proc.poll() is None, "the handler's exit ended the worker"
+        info = queue.get(job_id)
+        assert info.status == "dead", info
+        assert info.last_error in ("SystemExit: 3", "KeyboardInterrupt: "), info.last_error
+        after = queue.enqueue("ok").job_id
+        wait_until(lambda: queue.get(after).status == "done", timeout_s=20,
+                   message="the next job done by the same worker")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
     assert_invariants(redis_client, qs)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from antre.errors import LeaseLost, Permanent, Retry
-from antre.handler_threads import ThreadTimeout
+from antre.handler_threads import HandlerExit, ThreadTimeout
 from antre.jobs import ClaimedJob
 
 #: How long after its enqueue a job of a type this worker has no handler for keeps being retried
@@ -45,6 +45,8 @@ def from_exception(exc: BaseException, *, timeout_s: float | None) -> Failure:
         return Failure(f"timed out after {timeout_s} s (job timeout)")
     if isinstance(exc, LeaseLost):
         return Failure(f"lease lost: {exc}")
+    if isinstance(exc, HandlerExit):  # its message names what the handler raised
+        return Failure(str(exc))
     return Failure(f"{type(exc).__name__}: {exc}")
 
 

@@ -24,10 +24,10 @@ import collections
 import inspect
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from antre.protocol.extend_lease import KeptLock
 from antre.runs import Run
@@ -41,8 +41,35 @@ HandlerCall = tuple[Callable[[Any], Any], Any]
 _Outcome = tuple[Any, BaseException | None]
 
 
+T = TypeVar("T")
+
+
 class ThreadTimeout(Exception):
     """A plain ``def`` handler overran its timeout and its thread is still running."""
+
+
+class HandlerExit(Exception):
+    """A handler raised SystemExit or KeyboardInterrupt: the failure of its run, like any other
+    exception. Raised as they are, asyncio re-raises both out of the event loop, which would end
+    the whole worker process (and in a thread, SystemExit never means the process anyway)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(f"{type(exc).__name__}: {exc}")
+        self.__cause__ = exc
+
+
+def contained(exc: BaseException) -> BaseException:
+    """What a handler raised, with SystemExit and KeyboardInterrupt as :class:`HandlerExit`."""
+    return HandlerExit(exc) if isinstance(exc, SystemExit | KeyboardInterrupt) else exc
+
+
+async def guarded(awaitable: Awaitable[T]) -> T:
+    """Awaits a handler's coroutine; raises SystemExit and KeyboardInterrupt as
+    :class:`HandlerExit`."""
+    try:
+        return await awaitable
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise HandlerExit(exc) from exc
 
 
 @dataclass(slots=True, eq=False)
@@ -150,7 +177,8 @@ class HandlerThreads:
             raise ThreadTimeout
         result = returned.result()
         if inspect.isawaitable(result):  # a sync wrapper around a coroutine function
-            await (asyncio.wait_for(result, timeout_s) if timeout_s is not None else result)
+            outcome = guarded(result)
+            await (asyncio.wait_for(outcome, timeout_s) if timeout_s is not None else outcome)
 
     def _work(self, loop: asyncio.AbstractEventLoop, run: Run, fn: Callable[[Any], Any],
               job: Any) -> None:
@@ -160,7 +188,7 @@ class HandlerThreads:
             try:
                 outcome = (fn(job), None)
             except BaseException as exc:  # handed to the loop, as a pool's future would
-                outcome = (None, exc)
+                outcome = (None, contained(exc))
             with self._armed_lock:
                 taken = self._take_armed()
                 # Under the lock: once the loop takes the armed runs back, every start a

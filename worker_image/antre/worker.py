@@ -24,7 +24,7 @@ from antre import failures, idle_wait, logs, queue_registry, redis_checks, traci
 from antre.ack_batcher import AckBatcher
 from antre.errors import NotReplicated
 from antre.failures import Failure
-from antre.handler_threads import HandlerThreads
+from antre.handler_threads import HandlerThreads, guarded
 from antre.handlers import Handler, HandlerRegistry
 from antre.heartbeat import Heartbeat
 from antre.held_runs import HeldRuns
@@ -495,7 +495,7 @@ class Worker:
                               claimed.attempt}, parent=job.headers, kind="consumer"):
                 if handler.is_async:
                     run.cancellable = True
-                    outcome = handler.fn(job)
+                    outcome = guarded(handler.fn(job))
                     await (asyncio.wait_for(outcome, timeout_s) if timeout_s is not None else outcome)
                 else:
                     if returned is None:
