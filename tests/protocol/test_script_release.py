@@ -21,7 +21,7 @@ def test_release_refunds_attempt_and_puts_job_at_the_head(redis_client, qs, ws):
     seed_job(redis_client, qs, "waiting")
     seed_job(redis_client, qs, "a", status="processing", attempt=2, lease=2, resource_key="acct")
     seed_job(redis_client, qs, "b", status="processing", attempt=1, lease=5)
-    assert release(redis_client, qs, [("a", 2), ("b", 4)], fresh=True) == [True, False]
+    assert release(redis_client, qs, [("a", 2), ("b", 4)], fresh=True) == ["released", None]
     state = dump(redis_client, qs)
     assert state["ready"] == ["waiting", "a"]  # the right end is claimed next
     assert state["processing"] == ["b"]
@@ -33,7 +33,7 @@ def test_release_refunds_attempt_and_puts_job_at_the_head(redis_client, qs, ws):
     assert state["stats"] == {"released": 1}
     assert_invariants(redis_client, qs)
     # Rerun: the token is stale now, nothing changes.
-    assert release(redis_client, qs, [("a", 2)]) == [False]
+    assert release(redis_client, qs, [("a", 2)]) == [None]
     assert dump(redis_client, qs) == state
     # Next claim takes the released job first, with the same attempt number as before.
     claimed = scripts.run(redis_client, claim_op(qs, ws, worker_id="w2", max_jobs=1)).jobs
@@ -47,7 +47,7 @@ def test_a_release_after_the_leases_deadline_spends_the_attempt(redis_client, qs
     seed_job(redis_client, qs, "late", status="processing", attempt=2, lease=2,
              score_ms=server_ms(redis_client) - 10)
     seed_job(redis_client, qs, "held", status="processing", attempt=2, lease=2)
-    assert release(redis_client, qs, [("late", 2), ("held", 2)]) == [True, True]
+    assert release(redis_client, qs, [("late", 2), ("held", 2)]) == ["released", "released"]
     late, held = read_record(redis_client, qs, "late"), read_record(redis_client, qs, "held")
     assert (late["status"], late["attempt"], held["status"], held["attempt"]) == (
         "queued", "2", "queued", "1")
@@ -63,11 +63,13 @@ def test_after_the_free_releases_a_release_spends_the_attempt(redis_client, qs, 
     spend the attempt, and out of attempts the job is dead with a reason that says why."""
     seed_job(redis_client, qs, "long", max_attempts=2)
     attempts = []
+    outcomes = []
     for _ in range(FREE_RELEASES + 2):
         [job] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
-        assert release(redis_client, qs, [(job.id, job.lease)]) == [True]
+        outcomes += release(redis_client, qs, [(job.id, job.lease)])
         attempts.append(int(read_record(redis_client, qs, "long").get("attempt")))
     assert attempts == [0] * FREE_RELEASES + [1, 2]
+    assert outcomes == ["released"] * (FREE_RELEASES + 1) + ["dead"]  # the worker logs which
     state = dump(redis_client, qs)
     assert state["dead"] == ["long"] and state["ready"] == []
     error = read_record(redis_client, qs, "long").get("last_error")
@@ -85,7 +87,7 @@ def test_release_of_a_run_that_cannot_be_stopped_keeps_its_lock(redis_client, qs
     seed_job(redis_client, qs, "a", resource_key="printer")
     [job] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
     op = release_op(qs, [(job.id, job.lease)], worker_id="w1", reason="shutdown", keep_locks={"a"})
-    assert scripts.run(redis_client, op) == [True]
+    assert scripts.run(redis_client, op) == ["released"]
     assert redis_client.get(qs.keys.resource_lock("printer")) == f"a:{job.lease}"
     assert read_record(redis_client, qs, "a").get("lock_kept") == str(job.lease)
     again = scripts.run(redis_client, claim_op(qs, ws, worker_id="w2", max_jobs=1))

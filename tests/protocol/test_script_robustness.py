@@ -86,7 +86,7 @@ def test_settle_scripts_fence_on_the_claiming_worker(redis_client, qs, ws):
     then hold the same token. The worker id in the record tells them apart."""
     seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1, worker="w2")
     assert scripts.run(redis_client, ack_op(qs, [("a", 1)], worker_id="w1")).held == [False]
-    assert scripts.run(redis_client, release_op(qs, [("a", 1)], worker_id="w1", reason="x")) == [False]
+    assert scripts.run(redis_client, release_op(qs, [("a", 1)], worker_id="w1", reason="x")) == [None]
     with pytest.raises(errors.LeaseLost):
         scripts.run(redis_client, fail_op(qs, ("a", 1), error="e", retry_delay_ms=0, worker_id="w1"))
     extended = scripts.run(redis_client, extend_lease_op(qs, [("a", 1)], lease_ms=1000, worker_id="w1",
@@ -117,7 +117,7 @@ def test_ack_release_and_heartbeat_are_admitted_at_maxmemory():
         assert scripts.run(client, ack_op(qs, [(jobs[0].id, jobs[0].lease)], worker_id="w1")).held == [True]
         released = scripts.run(client, release_op(qs, [(jobs[1].id, jobs[1].lease)],
                                                   worker_id="w1", reason="shutdown"))
-        assert released == [True]
+        assert released == ["released"]
         failed = scripts.run(client, fail_op(qs, (jobs[2].id, jobs[2].lease), error="e",
                                              retry_delay_ms=0, worker_id="w1"))
         assert failed.outcome == "retrying"

@@ -15,9 +15,11 @@ import pytest
 from antre import AsyncQueue, Queue
 from antre.connection import connect_async
 from antre.handlers import HandlerRegistry
+from antre.metrics import WorkerMetrics
 from antre.protocol.claim import claim_op
+from antre.protocol.release import FREE_RELEASES
 from antre.settings import QueueSettings, WorkerSettings
-from invariants import assert_invariants, read_record, read_records
+from invariants import as_queued_hash, assert_invariants, read_record, read_records
 from redis_servers import running_redis
 from reply_cutter import ReplyCutter
 from worker_harness import eventually, running_worker, status_of
@@ -151,6 +153,38 @@ async def test_graceful_stop_releases_unfinished_jobs_to_another_worker(redis_cl
         await other.aclose()
     assert sorted(finished) == sorted((job_id, 1) for job_id in ids)
     assert finished[0][0] in released
+    assert_invariants(redis_client, qs)
+
+
+async def test_a_stop_that_dead_letters_a_job_reports_it_dead_not_released(redis_client, aredis,
+                                                                           qs, caplog):
+    """A release past the free ones spends the attempt, and on the last attempt the job ends
+    dead: the worker logged and counted that run as `released`, a job that was not given back
+    to anyone."""
+    caplog.set_level(logging.INFO, logger="antre.lifecycle")
+    registry = HandlerRegistry()
+    started = []
+
+    @registry.handler("work")
+    async def never_finishes(job):
+        started.append(job.id)
+        await asyncio.Event().wait()
+
+    queue = Queue(redis_client, settings=qs)
+    dying, requeued = (queue.enqueue("work", max_attempts=1).job_id for _ in range(2))
+    # Released FREE_RELEASES times already (by stops of earlier workers): this release spends
+    # the only attempt.
+    as_queued_hash(redis_client, qs, dying)
+    redis_client.hset(qs.keys.job(dying), "releases", FREE_RELEASES)
+    metrics = WorkerMetrics(qs.name)
+    async with running_worker(aredis, qs, registry, grace_period_s=0.1, metrics=metrics):
+        await eventually(lambda: sorted(started) == sorted([dying, requeued]))
+    assert (queue.get(dying).status, queue.get(requeued).status) == ("dead", "queued")
+    assert [r.job_id for r in lifecycle_events(caplog, "released")] == [requeued]
+    assert [r.job_id for r in lifecycle_events(caplog, "dead")] == [dying]
+    assert metrics.jobs.labels(qs.name, "work", "released")._value.get() == 1
+    assert metrics.jobs.labels(qs.name, "work", "dead")._value.get() == 1
+    assert queue.stats().counters.get("released") == 1
     assert_invariants(redis_client, qs)
 
 

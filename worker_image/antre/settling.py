@@ -21,7 +21,7 @@ from antre.outages import Outages
 from antre.outcomes import Outcomes
 from antre.protocol import scripts
 from antre.protocol.fail import fail_op
-from antre.protocol.release import release_op
+from antre.protocol.release import ReleaseOutcome, release_op
 from antre.protocol.unlock import unlock_op
 from antre.runs import Run
 from antre.settings import QueueSettings, WorkerSettings
@@ -72,23 +72,28 @@ class Settler:
     async def release(self, runs: Sequence[Run], *, still_going: Collection[Run]) -> None:
         """Shutdown: gives unfinished runs back to the queue. Runs ``still_going`` (threads that
         cannot be stopped) keep their resource lock until they return."""
-        released: list[bool] = []
+        released: list[ReleaseOutcome] = []
         deadline = time.monotonic() + RELEASE_BUDGET_S  # for every call of the release together
         for chunk in scripts.chunked(runs):
             try:
-                chunk_released: list[bool] = await self.outages.settle(release_op(
+                chunk_released = await self.outages.settle(release_op(
                     self.queue, [run.lease for run in chunk], worker_id=self.worker_id,
                     reason="worker shutting down",
                     keep_locks={run.claimed.id for run in still_going}),
                     budget_s=max(deadline - time.monotonic(), 0.1))
                 released += chunk_released
             except (RedisUnavailable, LeaseLost):
-                released += [False] * len(chunk)
-        for run, ok in zip(runs, released, strict=True):
+                released += [None] * len(chunk)
+        for run, outcome in zip(runs, released, strict=True):
             self.held.forget(run)
-            if ok and run in still_going:
+            if outcome is not None and run in still_going:
                 self.threads.keep_lock(run)
-            self.outcomes.record(run, "released" if ok else "lease_lost")
+            if outcome == "dead":  # the release spent the job's last attempt
+                self.outcomes.record(run, "dead", level=logging.WARNING, error=(
+                    "released at shutdown with no attempt left (is the grace period shorter "
+                    "than the job?)"))
+            else:
+                self.outcomes.record(run, outcome or "lease_lost")
 
     async def give_back(self, jobs: Sequence[ClaimedJob], *, reason: str) -> None:
         """A claim whose leases cannot be trusted (its reply came back too late, Redis having

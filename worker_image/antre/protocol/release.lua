@@ -14,7 +14,7 @@
 -- ARGV[6..] -> triples: job id, lease token, keep_lock (1: the run may still be going, a
 --              handler thread that cannot be stopped: its lock is left to its worker, which
 --              frees it when the run returns or lets it expire; 0: free the lock now)
--- Returns: one integer per triple: 1 released (or dead-lettered, out of attempts), 0 not the
+-- Returns: one integer per triple: 1 released, 2 dead-lettered (out of attempts), 0 not the
 --          lease holder (nothing changed).
 -- Errors: none of its own.
 local ready_key, processing_key, stats_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -33,8 +33,9 @@ for i = 6, #ARGV, 3 do
     'worker', 'releases', 'max_attempts')
   if f[1] == 'processing' and f[2] == lease and f[6] == worker then
     released[#released + 1] = id
-    records[#records + 1] = {id, lease, f, ARGV[i + 2] == '1', deadline and deadline < now}
     result[#result + 1] = 1
+    records[#records + 1] = {id, lease, f, ARGV[i + 2] == '1', deadline and deadline < now,
+      #result}
   else
     result[#result + 1] = 0
   end
@@ -45,7 +46,8 @@ if #released == 0 then return result end
 zrem_all(processing_key, released)
 local requeued, dead = 0, 0
 for _, record in ipairs(records) do
-  local id, lease, f, keep_lock, expired = record[1], record[2], record[3], record[4], record[5]
+  local id, lease, f, keep_lock, expired, slot = record[1], record[2], record[3], record[4],
+    record[5], record[6]
   local job_key = job_prefix .. id
   local releases = (tonumber(f[7]) or 0) + 1
   local attempt = tonumber(f[3]) or 1
@@ -66,6 +68,7 @@ for _, record in ipairs(records) do
       .. releases .. ' times without finishing, out of attempts (is the grace period shorter '
       .. 'than the job?)', extra)
     dead = dead + 1
+    result[slot] = 2
   else
     -- The history names the run released (f[3]); the counter may step back for the next claim.
     local n, hfield, hvalue = history_entry(f[5], 'released', now, f[3], SAME_WORKER, why)

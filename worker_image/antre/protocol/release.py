@@ -8,7 +8,7 @@ job that never finishes within a grace period ends dead instead of looping betwe
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from antre.protocol.scripts import Lease, Op, ScriptArg, load
 from antre.settings import QueueSettings
@@ -17,17 +17,23 @@ from antre.settings import QueueSettings
 FREE_RELEASES: Final = 3
 
 
+#: What a release did to each job: back in the queue, dead-lettered (a release that spent
+#: its last attempt), or None: not the lease holder, nothing changed.
+ReleaseOutcome = Literal["released", "dead"] | None
+_OUTCOMES: Final[dict[int, ReleaseOutcome]] = {1: "released", 2: "dead", 0: None}
+
+
 def release_op(settings: QueueSettings, leases: Sequence[Lease], *, worker_id: str,
-               reason: str, keep_locks: Collection[str] = ()) -> Op[list[bool]]:
-    """Returns, per lease, whether it was released (False = no longer the holder). Jobs whose
-    id is in ``keep_locks`` keep their resource lock: their run may still be going (a thread
-    that cannot be stopped), and the next attempt waits for the lock like any other job."""
+               reason: str, keep_locks: Collection[str] = ()) -> Op[list[ReleaseOutcome]]:
+    """Returns, per lease, what became of its job (:data:`ReleaseOutcome`). Jobs whose id is
+    in ``keep_locks`` keep their resource lock: their run may still be going (a thread that
+    cannot be stopped), and the next attempt waits for the lock like any other job."""
     k = settings.keys
     args: list[ScriptArg] = [k.job_prefix, k.lock_prefix, worker_id, reason, FREE_RELEASES]
     for job_id, token in leases:
         args.extend((job_id, token, 1 if job_id in keep_locks else 0))
 
-    def parse(reply: list[Any]) -> list[bool]:
-        return [bool(int(flag)) for flag in reply]
+    def parse(reply: list[Any]) -> list[ReleaseOutcome]:
+        return [_OUTCOMES[int(flag)] for flag in reply]
 
     return Op(load("release"), [k.ready, k.processing, k.stats, k.dead], args, parse)
