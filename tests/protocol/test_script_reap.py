@@ -3,12 +3,14 @@ jobs, drop stale registry entries, batch limits, and the pass lock."""
 
 from __future__ import annotations
 
+import time
+
 from antre.client import Queue
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
 from antre.protocol.reap import reap_op
 from antre.reaper import run_once
-from antre.settings import QueueSettings
+from antre.settings import QueueSettings, WorkerSettings
 from invariants import assert_invariants
 from protocol_state import dump, run_fresh, seed_job, server_ms
 
@@ -163,6 +165,30 @@ def test_a_job_dead_at_its_lease_expiry_wakes_the_job_waiting_for_its_resource(r
     assert (result.dead, result.requeued) == (1, 0)
     assert redis_client.lrange(qs.keys.ready, 0, -1) == ["waiter"]
     assert dump(redis_client, qs)["jobs"]["waiter"]["status"] == "queued"
+    [waiter] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
+    assert (waiter.id, lost.id) == ("waiter", "lost")
+    assert_invariants(redis_client, qs)
+
+
+def test_a_job_dead_at_its_real_lease_expiry_wakes_the_waiter_though_its_lock_expired_too(
+        redis_client, qs):
+    """The claim gives the lock the lease's length and the heartbeat extends both alike, so by
+    the time the reaper sees the lease expired the lock has expired with it: nothing is left to
+    free, yet the resource is free and the waiter must still be woken (it used to wait for its
+    re-check, lock_defer_s, here 30 s)."""
+    ws = WorkerSettings(visibility_timeout_s=1, lock_defer_s=30, lock_max_deferrals=3)
+    seed_job(redis_client, qs, "lost", max_attempts=1, resource_key="acct")
+    [lost] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w9", max_jobs=1)).jobs
+    seed_job(redis_client, qs, "waiter", resource_key="acct")
+    assert scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs == []
+    deadline = redis_client.zscore(qs.keys.processing, "lost")
+    while server_ms(redis_client) <= deadline:  # the worker died: its lease runs out for real
+        time.sleep(0.02)
+    assert redis_client.get(qs.keys.resource_lock("acct")) is None  # expired with the lease
+
+    result = reap(redis_client, qs)
+    assert (result.dead, result.requeued) == (1, 0)
+    assert redis_client.lrange(qs.keys.ready, 0, -1) == ["waiter"]
     [waiter] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
     assert (waiter.id, lost.id) == ("waiter", "lost")
     assert_invariants(redis_client, qs)

@@ -53,13 +53,17 @@ for _, id in ipairs(expired) do
   local f = read_fields(job_key, 'status', 'lease', 'attempt', 'max_attempts', 'resource_key',
     'events', 'worker')
   if f[1] == 'processing' then
-    local outcome, freed = expire_lease(job_key, id, f, now, ready_key, dead_key, lock_prefix)
+    local outcome = expire_lease(job_key, id, f, now, ready_key, dead_key, lock_prefix)
     if outcome == 'dead' then
       dead = dead + 1
-      -- A requeued job takes its resource again itself; a dead one leaves it to the next
-      -- (unless the lock expired with the lease and another job has it by now).
-      if waiting_prefix and freed then
-        wake_next_waiter(waiting_prefix .. f[5], ready_key, retry_key, job_prefix, now)
+      -- A requeued job takes its resource again itself; a dead one leaves it to the next, once
+      -- the lock is free: freed here, or (the usual case: the lock's TTL is the lease's) expired
+      -- with the lease. Not when another job has taken it since.
+      if waiting_prefix and f[5] then
+        local holder, wrong_type = lock_holder(lock_prefix .. f[5])
+        if not holder and not wrong_type then
+          wake_next_waiter(waiting_prefix .. f[5], ready_key, retry_key, job_prefix, now)
+        end
       end
     else
       requeued = requeued + 1
