@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from antre import errors
 from antre.client import Queue
@@ -9,7 +11,7 @@ from antre.protocol import scripts
 from antre.protocol.ack import ack_op
 from antre.protocol.claim import claim_op
 from antre.protocol.fail import fail_op
-from antre.settings import QueueSettings
+from antre.settings import QueueSettings, WorkerSettings
 from invariants import assert_invariants, read_record
 from protocol_state import dump, run_fresh, seed_job, server_ms
 
@@ -198,6 +200,44 @@ def test_the_ack_that_frees_a_resource_wakes_the_job_waiting_longest(redis_clien
     scripts.run(redis_client, ack_op(qs, [(d.id, d.lease)], worker_id="w1"))
     assert not redis_client.exists(qs.keys.waiting_prefix + "acct")
     assert_invariants(redis_client, qs)
+
+
+def test_a_late_ack_of_a_last_attempt_wakes_the_waiter_though_its_lock_expired(redis_client,
+                                                                                qs):
+    """A run on its last attempt that finishes after its lease ran out ends done: it succeeded,
+    so it wakes the job waiting for its resource as any ack does. Its lock expired with the
+    lease (the claim gives both one length), so there is nothing left to free; the resource is
+    free all the same, and the waiter used to sit until its re-check (lock_defer_s, here 30 s)."""
+    ws = WorkerSettings(visibility_timeout_s=1, lock_defer_s=30, lock_max_deferrals=3)
+    seed_job(redis_client, qs, "a", max_attempts=1, resource_key="acct")
+    [a] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
+    seed_job(redis_client, qs, "b", resource_key="acct")
+    assert scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs == []
+    deadline = redis_client.zscore(qs.keys.processing, "a")
+    while server_ms(redis_client) <= deadline:  # the run outlives its lease (an outage, say)
+        time.sleep(0.02)
+    assert redis_client.get(qs.keys.resource_lock("acct")) is None
+
+    assert scripts.run(redis_client, ack_op(qs, [(a.id, a.lease)], worker_id="w1")).held == [True]
+    assert read_record(redis_client, qs, "a")["status"] == "done"
+    assert redis_client.lrange(qs.keys.ready, 0, -1) == ["b"]
+    [b] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
+    assert b.id == "b"
+    assert_invariants(redis_client, qs)
+
+
+def test_a_late_ack_wakes_nobody_when_the_resource_went_to_another_job(redis_client, qs, ws):
+    seed_job(redis_client, qs, "a", max_attempts=1, resource_key="acct")
+    [a] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
+    seed_job(redis_client, qs, "b", resource_key="acct")
+    assert scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs == []
+    redis_client.zadd(qs.keys.processing, {"a": server_ms(redis_client) - 1})  # expired
+    redis_client.set(qs.keys.resource_lock("acct"), "other:1", px=30_000)  # taken since
+
+    assert scripts.run(redis_client, ack_op(qs, [(a.id, a.lease)], worker_id="w1")).held == [True]
+    assert redis_client.lrange(qs.keys.ready, 0, -1) == []
+    assert read_record(redis_client, qs, "b")["status"] == "scheduled"
+    assert redis_client.get(qs.keys.resource_lock("acct")) == "other:1"
 
 
 def test_a_waiter_retrying_after_a_failure_keeps_its_backoff(redis_client, qs, ws):

@@ -168,6 +168,15 @@ for _, record in ipairs(expired) do
     -- Its last attempt: the reaper would dead-letter it, but this ack says the run finished.
     release_lock(lock_prefix, f[4], id .. ':' .. lease)
     settle_done(id, lease, f, LATE, fields)
+    -- It succeeded, so it wakes the next job on its resource as above, once the lock is free:
+    -- freed here or, the usual case (the lock's TTL is the lease's), expired with the lease;
+    -- not when another job has taken it since.
+    if f[4] and waiting_prefix then
+      local holder, wrong_type = lock_holder(lock_prefix .. f[4])
+      if not holder and not wrong_type then
+        wake_next_waiter(waiting_prefix .. f[4], ready_key, retry_key, job_prefix, now)
+      end
+    end
     done = done + 1
     reply[slot] = 1
   end
