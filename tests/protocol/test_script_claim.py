@@ -296,6 +296,17 @@ def test_a_claim_sent_again_answers_its_first_leases_and_leases_nothing_more(red
     assert_invariants(redis_client, qs)
 
 
+def test_a_claim_sent_again_answers_numbers_as_the_first_sending_did(redis_client, qs, ws):
+    """A foreign producer's record may hold its numbers in any form Lua reads as a number
+    ("3.0", "1.7e12"): the first sending answers them as integers, and so must a claim sent
+    again, or the worker cannot read the reply and sends the claim again and again."""
+    seed_job(redis_client, qs, "a", max_attempts="3.0", created_at="1.7e12")
+    first = claim_as(redis_client, qs, ws, "k1")
+    again = claim_as(redis_client, qs, ws, "k1")
+    assert [(j.max_attempts, j.created_at_ms) for j in first.jobs] == [(3, 1_700_000_000_000)]
+    assert again.jobs == first.jobs
+
+
 def test_a_replayed_claim_answers_nothing_once_its_leases_have_expired(redis_client, qs, ws):
     seed_job(redis_client, qs, "a")
     [job] = claim_as(redis_client, qs, ws, "k1").jobs

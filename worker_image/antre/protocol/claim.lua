@@ -84,8 +84,9 @@ if claim_key and claim_id then
       local f = read_fields(job_prefix .. id, 'status', 'lease', 'worker', 'resource_key',
         'type', 'payload', 'attempt', 'max_attempts', 'idempotency_key', 'created_at', 'headers')
       if lease_held(f, id, leases[j], worker, deadlines[j], now, lock_prefix) then
-        for _, value in ipairs({id, f[5], f[6], f[7], f[8], f[2], f[9] or '', f[4] or '',
-            f[10], f[11] or ''}) do
+        -- Numbers as the first sending answered them (a foreign record may hold "3.0").
+        for _, value in ipairs({id, f[5], f[6], tonumber(f[7]), tonumber(f[8]), f[2], f[9] or '',
+            f[4] or '', tonumber(f[10]), f[11] or ''}) do
           reply[#reply + 1] = value
         end
       end
