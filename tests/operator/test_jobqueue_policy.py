@@ -232,3 +232,17 @@ def test_a_database_path_that_is_not_a_number_is_a_clear_spec_error(path: str) -
         parse(sample(MINIMAL, redis={"url": f"redis://r:6379/{path}"}))
     assert info.value.field == "spec.redis.url"
     assert f"database {path!r}: the path must be a database number" in str(info.value)
+
+
+@pytest.mark.parametrize("url", [
+    "redis+sentinel://s1:²/mymaster/0",
+    "redis+sentinel://s1:26379,[::1]:¹/mymaster/0",
+    "redis+sentinel://s1:٢٦٣٧٩/mymaster/0",
+])
+def test_a_sentinel_port_that_is_not_ascii_digits_is_a_clear_spec_error(url: str) -> None:
+    """Not a ValueError from int() at every poll ('²' is a digit to str.isdigit), nor a port
+    read from another script's digits: spec.redis.url and what a port may be."""
+    with pytest.raises(spec.InvalidSpec) as info:
+        parse(sample(MINIMAL, redis={"url": url}))
+    assert info.value.field == "spec.redis.url"
+    assert "the port must be a number from 1 to 65535" in str(info.value)

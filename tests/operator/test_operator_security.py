@@ -92,3 +92,18 @@ async def test_hostile_jobqueues_get_a_condition_and_nothing_else(
     assert messages["foreign"].startswith("spec.worker.image: got 'evil.example/x:1'")
     assert messages["inside"].startswith("metadata.namespace: got 'antre-system'")
     assert k8s.live("deployments", NS, "good-worker") is not None
+
+
+async def test_a_secret_sentinel_url_with_a_superscript_port_is_a_condition(
+        k8s: Any, operator: Any, redis_url: str) -> None:
+    """'²' passes str.isdigit but not int(): the Secret's URL is one InvalidRedisUrl naming what
+    a port may be, not a ValueError traceback at every poll with the status left unwritten."""
+    await secret(k8s, "superscript", url="redis+sentinel://:hunter2@127.0.0.1:²/mymaster/0")
+    await create(k8s, from_secret("superscript", "superscript"))
+    ready = await eventually(lambda: refused(k8s, "superscript"), message="superscript refused",
+                             describe=lambda: (k8s.live("jobqueues", NS, "superscript") or {})
+                             .get("status"))
+    assert ready["reason"] == "InvalidRedisUrl"
+    assert "the port must be a number from 1 to 65535" in ready["message"]
+    assert "hunter2" not in ready["message"]
+    assert k8s.live("deployments", NS, "superscript-worker") is None

@@ -66,7 +66,9 @@ def _host_port(text: str) -> tuple[str, int]:
                                      "pairs separated by commas")
     if not port_text:
         return host, DEFAULT_PORT
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    # ASCII digits only: '²' is a digit to str.isdigit but not to int(), and int() would read
+    # other scripts' digits ('٢٦٣٧٩') as a port no other parser of the URL takes.
+    if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
         raise errors.InvalidArgument("a Sentinel address: the port must be a number from 1 to "
                                      "65535")
     return host, int(port_text)
