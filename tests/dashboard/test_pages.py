@@ -4,7 +4,8 @@ Covers: the numbers on the overview and a queue page are the depth script's (wha
 stats`` and the API's stats return); a job's record.json is what the API's job endpoint returns;
 a queue outside the API's scope is a 404 on every page; windows clamp the page number; search by
 job id and by idempotency key; a job whose record cannot be parsed still shows its fields; the
-security headers; Redis down is a 503 page, not a traceback.
+security headers; Redis down is a 503 page, not a traceback; numbers in the URL or a form that
+are not ASCII digits (a superscript "²") read as absent, not as a 500.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from antre import AsyncQueue, Queue, api, settings
 from antre.dashboard.state import DashboardSettings
 from registered_workers import register_earlier_worker, register_worker
 
-from dashboard.conftest import QUEUES, TOKEN, sign_in
+from dashboard.conftest import QUEUES, TOKEN, csrf_of, sign_in
 
 
 def field(html: str, name: str, queue: str | None = None) -> str:
@@ -192,3 +193,23 @@ async def test_tabs_opening_at_once_stay_within_the_stream_limit(aredis: Any) ->
             answer.close()
     finally:
         await client.close()
+
+
+async def test_numbers_in_the_url_that_are_not_ascii_digits_are_no_500(
+        ui: TestClient[Any, Any], redis_client: Any) -> None:
+    """'²' is a digit to str.isdigit but not to int(): a page number, a scan size or a notice's
+    count spelled so reads as absent (the default), never as an internal error with a
+    traceback in the log."""
+    Queue(redis_client, "emails").enqueue("t", {})
+    await sign_in(ui)
+    for path in ("/ui/queues/emails?state=ready&page=²", "/ui/queues/emails/dead?page=²",
+                 "/ui/queues/emails/dead?scan=²", "/ui/?done=replayed&n=²&of=³",
+                 "/ui/queues/emails?page=٣"):
+        answer = await ui.get(path)
+        assert answer.status == 200, (path, await answer.text())
+    notice = await (await ui.get("/ui/?done=replayed&n=²&of=1")).text()
+    assert "Replayed ? of 1 job(s)" in notice
+    csrf = csrf_of(notice)
+    action = await ui.post("/ui/queues/emails/actions", data={
+        "csrf": csrf, "action": "replay", "group": "0" * 20, "scan": "²"})
+    assert action.status == 400 and "Select at least one job" in await action.text()

@@ -73,8 +73,9 @@ async def run_action(request: web.Request) -> web.StreamResponse:
 
 
 async def _group_ids(queue: AsyncQueue, group: str, scan_value: object) -> list[str]:
-    scan = int(scan_value) if isinstance(scan_value, str) and scan_value.isdigit() \
-        and len(scan_value) < 7 else reading.DEFAULT_GROUP_SCAN
+    scan = pages.small_count(scan_value, max_digits=6)
+    if scan is None:
+        scan = reading.DEFAULT_GROUP_SCAN
     depth = await queue.stats()
     groups = await reading.read_dead_groups(queue, depth, scan=scan)  # fresh: what runs now
     for error, ids in groups.ids_by_error.items():

@@ -56,8 +56,8 @@ def notice_text(query: Any) -> str:
         return ""
 
     def count(name: str) -> str:
-        value = query.get(name, "0")
-        return views.number(int(value)) if value.isdigit() and len(value) < 10 else "?"
+        value = small_count(query.get(name, "0"), max_digits=9)
+        return "?" if value is None else views.number(value)
 
     was = query.get("was", "")
     known = {str(status) for status in JobStatus}
@@ -78,9 +78,17 @@ async def _page(dashboard: Dashboard, request: web.Request, template: str,
     return web.Response(text=body, content_type="text/html")
 
 
+def small_count(raw: object, *, max_digits: int) -> int | None:
+    """``raw`` as a whole number if it is 1 to ``max_digits`` ASCII digits, else None. Not
+    str.isdigit alone: '²' is a digit to it but not to int() (a ValueError: a 500)."""
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= max_digits:
+        return int(raw)
+    return None
+
+
 def _int_param(request: web.Request, name: str, default: int) -> int:
-    raw = request.query.get(name, "")
-    return int(raw) if raw.isdigit() and len(raw) < 10 else default
+    value = small_count(request.query.get(name, ""), max_digits=9)
+    return default if value is None else value
 
 
 async def overview(request: web.Request) -> web.StreamResponse:
