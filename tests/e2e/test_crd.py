@@ -194,6 +194,13 @@ BAD = [
     pytest.param({"redis": {"url": "redis://r:6380", "tls": True}}, "spec.redis.tls",
                  "spec.redis.tls requires a rediss://, rediss+sentinel:// or rediss+cluster:// URL",
                  id="tls-without-rediss"),
+    # redis-py decodes the option names of a URL's query, so these are passwords to it too.
+    pytest.param({"redis": {"url": "redis://redis:6380/0?pass%77ord=s3cret"}}, "spec.redis.url",
+                 "must not percent-encode the name of a query parameter",
+                 id="percent-encoded-password-query"),
+    pytest.param({"redis": {"url": "redis+sentinel://s1/m?sentinel%5Fpassword=s3cret"}},
+                 "spec.redis.url", "must not percent-encode the name of a query parameter",
+                 id="percent-encoded-sentinel-password-query"),
     pytest.param({"redis": {"url": "redis+sentinel://s1/m?sentinel_password=s3cret"}},
                  "spec.redis.url", "must not contain a password or username query parameter",
                  id="sentinel-password-query"),
