@@ -1,17 +1,21 @@
 """Bearer-token authentication.
 
 Covers: 401 with a WWW-Authenticate challenge for a missing, wrong or non-bearer token, with no
-part of the header echoed; the right token passes; probes, /metrics and /openapi.json are served
-without the token.
+part of the header echoed; a token whose bytes are not UTF-8 is a wrong token too (not a 500
+with a traceback in the log); the right token passes; probes, /metrics and /openapi.json are
+served without the token.
 """
 
 from __future__ import annotations
 
+import logging
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
-from .conftest import AUTH, TOKEN
+from .conftest import AUTH, TOKEN, running_api
 
 
 @pytest.mark.parametrize("headers", [
@@ -55,3 +59,22 @@ async def test_no_part_of_a_bad_header_is_echoed(secured_client: Any, header: st
     body = await response.text()
     assert TOKEN not in body and header.split()[0] not in body
     assert "not a bearer token; send 'Bearer <token>'" in body
+
+
+@pytest.mark.parametrize("token", [b"\xff\xfe", TOKEN.encode() + b"\x80", b"\xc3"])
+def test_a_token_that_is_not_utf8_is_a_wrong_token(redis_url: str, token: bytes,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Any client may send any bytes: they are compared as sent, never a 500 (an encoding
+    error in the comparison) with a traceback logged per request."""
+    caplog.set_level(logging.ERROR, logger="antre.api")
+    with running_api(redis_url, token=TOKEN) as base_url:
+        address = urlsplit(base_url)
+        with socket.create_connection((address.hostname, address.port), timeout=10) as sock:
+            sock.sendall(b"GET /v1/queues/q/stats HTTP/1.1\r\nHost: localhost\r\n"
+                         b"Authorization: Bearer " + token + b"\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+    assert answer.startswith(b"HTTP/1.1 401 "), answer
+    assert b"bearer token is wrong" in answer
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"

@@ -301,8 +301,11 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         raise BadRequest(401, "unauthorized",
                          "Authorization: not a bearer token; send 'Bearer <token>'",
                          headers=_CHALLENGE)
-    # compare_digest on bytes: constant time whatever the two lengths share.
-    if not hmac.compare_digest(given.strip().encode(), api_settings.token.encode()):
+    # compare_digest on bytes: constant time whatever the two lengths share. The bytes as the
+    # client sent them: a header that is not UTF-8 arrives with surrogate escapes, which a
+    # plain encode() refuses (a 500 for any client, with a traceback logged).
+    if not hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"),
+                               api_settings.token.encode()):
         raise BadRequest(401, "unauthorized", "Authorization: bearer token is wrong",
                          headers={"WWW-Authenticate":
                                   'Bearer realm="antre", error="invalid_token"'})
