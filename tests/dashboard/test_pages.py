@@ -5,7 +5,8 @@ stats`` and the API's stats return); a job's record.json is what the API's job e
 a queue outside the API's scope is a 404 on every page; windows clamp the page number; search by
 job id and by idempotency key; a job whose record cannot be parsed still shows its fields; the
 security headers; Redis down is a 503 page, not a traceback; numbers in the URL or a form that
-are not ASCII digits (a superscript "²") read as absent, not as a 500.
+are not ASCII digits (a superscript "²") read as absent, and a form body that is not UTF-8 is a
+400 page: neither is a 500.
 """
 
 from __future__ import annotations
@@ -213,3 +214,16 @@ async def test_numbers_in_the_url_that_are_not_ascii_digits_are_no_500(
     action = await ui.post("/ui/queues/emails/actions", data={
         "csrf": csrf, "action": "replay", "group": "0" * 20, "scan": "²"})
     assert action.status == 400 and "Select at least one job" in await action.text()
+
+
+async def test_a_form_body_that_is_not_utf8_is_a_400_page(ui: TestClient[Any, Any]) -> None:
+    """Anyone may post to the sign-in form, and a signed-in page's actions take forms too: a
+    body whose bytes are not UTF-8 is a 400 page, not a 500 with a traceback logged."""
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    answer = await ui.post("/ui/login", data=b"token=\xff\xfe&csrf=x", headers=form)
+    assert answer.status == 400, await answer.text()
+    assert "not valid UTF-8" in await answer.text()
+    await sign_in(ui)
+    answer = await ui.post("/ui/queues/emails/actions", data=b"csrf=\xff", headers=form)
+    assert answer.status == 400, await answer.text()
+    assert "not valid UTF-8" in await answer.text()

@@ -23,6 +23,7 @@ from urllib.parse import urlencode
 
 import redis
 from aiohttp import web
+from multidict import MultiDictProxy
 
 from antre import errors
 from antre.dashboard import forwarded, sessions
@@ -37,6 +38,17 @@ _OPEN: Final = ("/login", "/static/")
 CONTENT_SECURITY_POLICY: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+
+
+async def read_form(
+        request: web.Request) -> MultiDictProxy[str | bytes | bytearray | web.FileField]:
+    """The posted form; a body that is not valid UTF-8 (aiohttp raises UnicodeDecodeError on
+    it) is a 400 page rather than a 500 with a traceback."""
+    try:
+        return await request.post()
+    except UnicodeDecodeError:
+        raise PageError(400, "Bad form", "The form's body is not valid UTF-8; nothing was "
+                        "changed.", back=dashboard_of(request).url("/")) from None
 
 
 def _relative(dashboard: Dashboard, request: web.Request) -> str:
@@ -116,7 +128,7 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
                 if not _origin_ok(request):
                     raise PageError(403, "Refused", "The request came from another site; nothing "
                                     "was changed.", back=dashboard.url("/"))
-                form = await request.post()
+                form = await read_form(request)
                 given = form.get("csrf")
                 if not dashboard.signer.check_csrf(session, given if isinstance(given, str)
                                                    else None):
@@ -194,7 +206,7 @@ async def login_page(request: web.Request) -> web.StreamResponse:
 
 async def login(request: web.Request) -> web.StreamResponse:
     dashboard = dashboard_of(request)
-    form = await request.post()
+    form = await read_form(request)
     next_value = form.get("next")
     next_path = safe_return(dashboard, next_value if isinstance(next_value, str) else None,
                             dashboard.url("/"))

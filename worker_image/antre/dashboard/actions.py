@@ -19,7 +19,7 @@ from aiohttp import web
 from antre import errors
 from antre.client import AsyncQueue
 from antre.dashboard import pages, reading, views
-from antre.dashboard.access import page_context
+from antre.dashboard.access import page_context, read_form
 from antre.dashboard.state import Dashboard, PageError, dashboard_of
 
 #: Most jobs one confirmation may carry (a full dead-letter window).
@@ -45,7 +45,7 @@ _QUESTIONS: Final = {
 async def run_action(request: web.Request) -> web.StreamResponse:
     dashboard = dashboard_of(request)
     queue = dashboard.queue(request.match_info["queue"])
-    form = await request.post()
+    form = await read_form(request)
     back = pages.back_target(dashboard, form.get("back"), queue.name)
     if dashboard.settings.read_only:
         raise PageError(403, "Read-only", "This dashboard is read-only: it shows queues but "
