@@ -7,28 +7,32 @@
 -- KEYS[2] -> <prefix>:{Q}:processing    (ZSET)
 -- KEYS[3] -> <prefix>:{Q}:stats         (Hash)
 -- KEYS[4] -> <prefix>:{Q}:dead_letters  (ZSET)
--- Undeclared keys under the same {Q} tag: job hashes and resource locks.
+-- KEYS[5] -> <prefix>:{Q}:retry         (ZSET)
+-- Undeclared keys under the same {Q} tag: job hashes, resource locks and waiting:<resource>.
 -- ARGV[1] -> job key prefix, ARGV[2] -> lock key prefix, ARGV[3] -> worker id (the claimer's)
 -- ARGV[4] -> reason (kept in the history)
 -- ARGV[5] -> free_releases (releases per job that give the attempt back)
--- ARGV[6..] -> triples: job id, lease token, keep_lock (1: the run may still be going, a
+-- ARGV[6] -> waiting key prefix: a job dead-lettered here never takes its resource again, so
+--            once its lock is free the first job still waiting for it is woken, as ack does
+-- ARGV[7..] -> triples: job id, lease token, keep_lock (1: the run may still be going, a
 --              handler thread that cannot be stopped: its lock is left to its worker, which
 --              frees it when the run returns or lets it expire; 0: free the lock now)
 -- Returns: one integer per triple: 1 released, 2 dead-lettered (out of attempts), 0 not the
 --          lease holder (nothing changed).
 -- Errors: none of its own.
-local ready_key, processing_key, stats_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local ready_key, processing_key, stats_key, dead_key, retry_key = KEYS[1], KEYS[2], KEYS[3],
+  KEYS[4], KEYS[5]
 local job_prefix, lock_prefix, worker, reason = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local free_releases = tonumber(ARGV[5])
+local free_releases, waiting_prefix = tonumber(ARGV[5]), ARGV[6]
 local now = now_ms()
 local result, released, records = {}, {}, {}
 local ids = {}
-for i = 6, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+for i = 7, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
 local deadlines = zmscore_all(processing_key, ids)
 
-for i = 6, #ARGV, 3 do
+for i = 7, #ARGV, 3 do
   local id, lease = ARGV[i], ARGV[i + 1]
-  local deadline = tonumber(deadlines[(i - 3) / 3])
+  local deadline = tonumber(deadlines[(i - 4) / 3])
   local f = read_fields(job_prefix .. id, 'status', 'lease', 'attempt', 'resource_key', 'events',
     'worker', 'releases', 'max_attempts')
   if f[1] == 'processing' and f[2] == lease and f[6] == worker then
@@ -69,6 +73,12 @@ for _, record in ipairs(records) do
       .. 'than the job?)', extra)
     dead = dead + 1
     result[slot] = 2
+    if f[4] and not keep_lock then
+      local holder, wrong_type = lock_holder(lock_prefix .. f[4])
+      if not holder and not wrong_type then
+        wake_next_waiter(waiting_prefix .. f[4], ready_key, retry_key, job_prefix, now)
+      end
+    end
   else
     -- The history names the run released (f[3]); the counter may step back for the next claim.
     local n, hfield, hvalue = history_entry(f[5], 'released', now, f[3], SAME_WORKER, why)

@@ -29,11 +29,12 @@ def release_op(settings: QueueSettings, leases: Sequence[Lease], *, worker_id: s
     in ``keep_locks`` keep their resource lock: their run may still be going (a thread that
     cannot be stopped), and the next attempt waits for the lock like any other job."""
     k = settings.keys
-    args: list[ScriptArg] = [k.job_prefix, k.lock_prefix, worker_id, reason, FREE_RELEASES]
+    args: list[ScriptArg] = [k.job_prefix, k.lock_prefix, worker_id, reason, FREE_RELEASES,
+                             k.waiting_prefix]
     for job_id, token in leases:
         args.extend((job_id, token, 1 if job_id in keep_locks else 0))
 
     def parse(reply: list[Any]) -> list[ReleaseOutcome]:
         return [_OUTCOMES[int(flag)] for flag in reply]
 
-    return Op(load("release"), [k.ready, k.processing, k.stats, k.dead], args, parse)
+    return Op(load("release"), [k.ready, k.processing, k.stats, k.dead, k.retry], args, parse)
