@@ -65,6 +65,30 @@ def test_dead_letter_pages_refuse_a_bad_limit_or_offset(redis_client: redis.Redi
     assert str(refused.value) == message
 
 
+@pytest.mark.parametrize(("limit", "offset", "shown"), [
+    (10**20, 0, 3), (2**63, 0, 3), (2, 2**63 - 1, 0), (5, 2**64, 0), (1, 2, 1),
+])
+def test_a_dead_letter_page_past_what_redis_indexes_is_read(redis_client: redis.Redis,
+                                                             redis_url: str, limit: int,
+                                                             offset: int, shown: int) -> None:
+    """Before: a limit or offset whose last index was past 2**63 - 1 (``limit=10**20``, an
+    integer >= 1 as the check asks) reached Redis, which refused it with a raw ResponseError
+    ("value is not an integer or out of range"); ``antre dlq list --limit`` exited 69 as if
+    Redis had refused a command."""
+    seed_dead(redis_client, 3)
+    assert len(Queue(redis_client, settings=QS).dead_letters(limit=limit, offset=offset)) == shown
+
+    async def read_async() -> int:
+        client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
+        try:
+            return len(await AsyncQueue(client, settings=QS).dead_letters(limit=limit,
+                                                                           offset=offset))
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(read_async()) == shown
+
+
 @pytest.mark.parametrize("call", ["replay", "purge"])
 def test_replay_and_purge_refuse_a_limit_below_one(redis_client: redis.Redis, call: str) -> None:
     seed_dead(redis_client, 3)

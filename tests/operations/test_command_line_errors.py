@@ -147,6 +147,17 @@ def test_dlq_replay_without_ids_has_one_prefix(redis_url: str) -> None:
     assert proc.stderr.count("dlq") == 1
 
 
+def test_dlq_list_with_a_limit_past_what_redis_indexes(redis_client: object,
+                                                      redis_url: str) -> None:
+    """Before: ``--limit 100000000000000000000`` (an integer >= 1, as the command asks) exited
+    69 with "Redis refused the command: value is not an integer or out of range"."""
+    queue = Queue(redis_client, "dlq")
+    queue.enqueue("t")
+    proc = run(*ANTRE, "dlq", "list", "--limit", str(10**20), "--redis-url", redis_url,
+               "--queue", "dlq")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "0 dead job(s) shown\n")
+
+
 @pytest.mark.parametrize("scheme", ["redis", "rediss"])
 def test_messages_name_the_url_without_its_password(scheme: str) -> None:
     port = free_port()

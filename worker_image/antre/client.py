@@ -102,9 +102,17 @@ def _oldest_batches(limit: int, *, dead_now: int | None = None) -> list[int]:
     return [min(_IDS_PER_CALL, wanted - start) for start in range(0, wanted, _IDS_PER_CALL)]
 
 
-def _check_page(limit: int, offset: int) -> None:
+#: The last index ZREVRANGE takes (a signed 64-bit integer); beyond it Redis refuses the call.
+_LAST_INDEX = 2**63 - 1
+
+
+def _page_range(limit: int, offset: int) -> tuple[int, int]:
+    """The ZREVRANGE start and stop of a page of dead letters, after checking ``limit`` and
+    ``offset``. Any limit >= 1 is allowed, so a page that reaches past the last index Redis
+    takes ends there (no list is that long)."""
     scripts.check_limit("limit", limit)
     scripts.check_limit("offset", offset, low=0)
+    return min(offset, _LAST_INDEX), min(offset + limit - 1, _LAST_INDEX)
 
 
 def _check_decoding(redis_client: Any) -> None:
@@ -256,8 +264,7 @@ class Queue(_QueueBase):
     def dead_letters(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
         """Dead jobs, newest first. Every record is shown, fields that cannot be decoded as
         they are stored (see :meth:`JobInfo.from_hash`)."""
-        _check_page(limit, offset)
-        ids = self.redis.zrevrange(self.keys.dead, offset, offset + limit - 1)
+        ids = self.redis.zrevrange(self.keys.dead, *_page_range(limit, offset))
         return _dead_infos(ids, [record for chunk in _chunks(ids)
                                  for record in self._run(records_op(self.settings, chunk))])
 
@@ -378,8 +385,7 @@ class AsyncQueue(_QueueBase):
         return await self._run(workers_op(self.settings))  # type: ignore[no-any-return]
 
     async def dead_letters(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
-        _check_page(limit, offset)
-        ids = await self.redis.zrevrange(self.keys.dead, offset, offset + limit - 1)
+        ids = await self.redis.zrevrange(self.keys.dead, *_page_range(limit, offset))
         return _dead_infos(ids, [record for chunk in _chunks(ids)
                                  for record in await self._run(records_op(self.settings, chunk))])
 
