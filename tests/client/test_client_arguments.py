@@ -5,6 +5,8 @@ go in calls that each keep Redis busy briefly."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 import redis
@@ -12,6 +14,7 @@ import redis.asyncio
 from antre import errors
 from antre.client import AsyncQueue, Queue, _oldest_batches
 from antre.settings import QueueSettings
+from redis_servers import child_env
 
 QS = QueueSettings(name="q")
 
@@ -112,6 +115,35 @@ def test_a_large_limit_goes_in_calls_of_200(redis_client: redis.Redis) -> None:
     assert redis_client.zcard(QS.keys.dead) == 0
 
 
+def test_a_purge_limit_far_past_the_dead_letters_costs_only_the_calls_made(
+        redis_client: redis.Redis, redis_url: str) -> None:
+    """Before: a purge of the ``limit`` oldest built the size of every call up front, one per
+    200 of the limit: ``purge(limit=10**12)`` (an integer >= 1, as the check asks) filled the
+    memory until MemoryError, and ``limit=10**9`` took seconds for 3 dead jobs. Run in a child
+    held to 256 MiB of address space, so the old behaviour fails there and not here."""
+    seed_dead(redis_client, 3)
+    code = (
+        "import asyncio, resource, sys\n"
+        "import redis, redis.asyncio\n"
+        "from antre.client import AsyncQueue, Queue\n"
+        "from antre.settings import QueueSettings\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1 << 28, 1 << 28))\n"
+        "qs = QueueSettings(name='q')\n"
+        "sync = Queue(redis.Redis.from_url(sys.argv[1], decode_responses=True), settings=qs)\n"
+        "print(sync.purge(limit=10**12))\n"
+        "async def purge_async():\n"
+        "    client = redis.asyncio.Redis.from_url(sys.argv[1], decode_responses=True)\n"
+        "    try:\n"
+        "        return await AsyncQueue(client, settings=qs).purge(limit=10**18)\n"
+        "    finally:\n"
+        "        await client.aclose()\n"
+        "print(asyncio.run(purge_async()))\n")
+    proc = subprocess.run([sys.executable, "-c", code, redis_url], capture_output=True,
+                          text=True, env=child_env(), timeout=60, check=False)
+    assert (proc.returncode, proc.stdout) == (0, "3\n0\n"), proc.stderr
+    assert redis_client.zcard(QS.keys.dead) == 0
+
+
 def test_async_queue_checks_alike(redis_url: str, redis_client: redis.Redis) -> None:
     dead = seed_dead(redis_client, 5)
 
@@ -157,8 +189,8 @@ def test_a_replay_of_the_oldest_takes_no_more_than_were_dead_at_its_start() -> N
     """A second read: between two calls of one replay, a job the first call replayed may die
     again; the next call would replay it twice. The calls add up to the dead count at the start
     (purge keeps the limit: a job purged is gone)."""
-    assert _oldest_batches(1000, dead_now=250) == [200, 50]
-    assert _oldest_batches(5, dead_now=0) == []
-    assert _oldest_batches(450) == [200, 200, 50]
+    assert list(_oldest_batches(1000, dead_now=250)) == [200, 50]
+    assert list(_oldest_batches(5, dead_now=0)) == []
+    assert list(_oldest_batches(450)) == [200, 200, 50]
     with pytest.raises(errors.InvalidArgument, match=r"^limit: got 0"):
         _oldest_batches(0, dead_now=10)

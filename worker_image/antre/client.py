@@ -7,7 +7,7 @@ run them, so a job enqueued by one is exactly what the other would have written.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -92,14 +92,16 @@ def _checked_ids(job_ids: Sequence[str], limit: int) -> list[Sequence[str]]:
     return _chunks(job_ids)
 
 
-def _oldest_batches(limit: int, *, dead_now: int | None = None) -> list[int]:
+def _oldest_batches(limit: int, *, dead_now: int | None = None) -> Iterator[int]:
     """How many of the oldest dead jobs each call of a replay or purge without ids takes: the
     ``limit`` in calls of at most _IDS_PER_CALL (the caller stops at a call that finds fewer).
     A replay passes how many are dead now and takes no more: a job replayed by one call that
-    dies again before the next must not be replayed twice."""
+    dies again before the next must not be replayed twice. Lazy: a purge's limit may be far
+    larger than the dead-letter list (``purge(limit=10**12)``), and only the calls made count.
+    The limit is checked at the call, before anything is sent."""
     scripts.check_limit("limit", limit)
     wanted = limit if dead_now is None else min(limit, dead_now)
-    return [min(_IDS_PER_CALL, wanted - start) for start in range(0, wanted, _IDS_PER_CALL)]
+    return (min(_IDS_PER_CALL, wanted - start) for start in range(0, wanted, _IDS_PER_CALL))
 
 
 #: The last index ZREVRANGE takes (a signed 64-bit integer); beyond it Redis refuses the call.
