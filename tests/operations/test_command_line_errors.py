@@ -147,6 +147,23 @@ def test_dlq_replay_without_ids_has_one_prefix(redis_url: str) -> None:
     assert proc.stderr.count("dlq") == 1
 
 
+@pytest.mark.parametrize("stdin_errors", ["strict", "surrogateescape"])
+def test_enqueue_of_a_payload_on_standard_input_that_is_not_utf8(redis_client: object,
+                                                                 redis_url: str,
+                                                                 stdin_errors: str) -> None:
+    """JSON is UTF-8 text. Before: where Python decodes standard input strictly (a UTF-8 locale
+    such as en_US.UTF-8, or macOS; PYTHONIOENCODING stands in for it here), a byte that is not
+    UTF-8 ended ``antre enqueue t -`` with a UnicodeDecodeError traceback."""
+    proc = subprocess.run([*ANTRE, "enqueue", "t", "-", "--redis-url", redis_url],
+                          input=b'{"note": "caf\xe9"}', capture_output=True, timeout=60,
+                          env={**child_env(), "PYTHONIOENCODING": f"utf-8:{stdin_errors}"},
+                          check=False)
+    assert proc.stderr.decode() == ("antre enqueue: payload: standard input is not UTF-8 text "
+                                    "(byte 0xe9 at position 13); JSON must be UTF-8\n")
+    assert (proc.returncode, proc.stdout) == (EXIT_USAGE, b"")
+    assert Queue(redis_client).stats().ready == 0
+
+
 def test_dlq_list_with_a_limit_past_what_redis_indexes(redis_client: object,
                                                       redis_url: str) -> None:
     """Before: ``--limit 100000000000000000000`` (an integer >= 1, as the command asks) exited

@@ -14,8 +14,8 @@ from antre.commands import Command, open_queue
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("type", help="job type (the handler name)")
     parser.add_argument("payload", help="JSON payload, e.g. '{\"to\": \"a@b.c\"}', or - to "
-                                        "read it from standard input (for payloads longer than "
-                                        "a command line takes, about 128 KiB)")
+                                        "read it from standard input as UTF-8 (for payloads "
+                                        "longer than a command line takes, about 128 KiB)")
     parser.add_argument("--idempotency-key",
                         help="while live, enqueues with the same key return the existing job "
                              "(default: none)")
@@ -28,8 +28,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="seconds before it may run (default %(default)s)")
 
 
+def _read_stdin() -> str:
+    """Standard input as UTF-8, whatever the locale: JSON is UTF-8 text, and a text stdin
+    decodes by the locale (strictly in most UTF-8 locales: a traceback for a stray byte)."""
+    raw = sys.stdin.buffer.read()
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        raise errors.InvalidArgument(
+            f"payload: standard input is not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
+            f"position {exc.start}); JSON must be UTF-8") from None
+
+
 def run(args: argparse.Namespace) -> int:
-    text = sys.stdin.read() if args.payload == "-" else args.payload
+    text = _read_stdin() if args.payload == "-" else args.payload
     try:
         payload = json.loads(text)
     except (ValueError, RecursionError) as exc:
