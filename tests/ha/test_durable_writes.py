@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import redis
 from aiohttp.test_utils import TestClient, TestServer
-from antre import NotReplicated, Queue, QueueSettings, api, connection
+from antre import NotReplicated, Queue, QueueSettings, api, cli, connection
 from redis_servers import RedisServer, replicated_redis
 
 #: Generous for calls that must be confirmed (a loaded machine stalls a process for a second
@@ -83,6 +83,29 @@ def test_unconfirmed_enqueue_names_its_job_and_a_keyed_retry_returns_it(
     again = queue.enqueue("t", {"n": 1}, idempotency_key="order-7")
     assert (again.job_id, again.created) == (job_id, False)
     assert on_replica(replica, queue, job_id)
+
+
+def test_the_cli_says_an_unconfirmed_enqueue_was_written_not_that_redis_is_unreachable(
+        queue: Queue, replicated: tuple[RedisServer, RedisServer],
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``antre enqueue`` on a durable queue whose replica is stalled: the job is on the primary,
+    so the one line says so (and how to retry), never that Redis could not be reached."""
+    primary, replica = replicated
+    monkeypatch.setenv("ANTRE_DURABLE_REPLICAS", "1")
+    monkeypatch.setenv("ANTRE_DURABLE_TIMEOUT", "0.3")
+    assert replica.process is not None
+    replica.process.send_signal(signal.SIGSTOP)
+    try:
+        code = cli.main(["enqueue", "--redis-url", primary.url, "--queue", "durable",
+                         "--idempotency-key", "order-9", "t", "{}"])
+    finally:
+        replica.process.send_signal(signal.SIGCONT)
+    out, err = capsys.readouterr()
+    assert code == 69 and not out and err.count("\n") == 1, err
+    assert "unreachable" not in err, err
+    assert err.startswith("antre enqueue: enqueue: written on the primary but confirmed by 0 of 1")
+    assert "same idempotency key" in err
+    assert queue.stats().ready == 1
 
 
 def test_unconfirmed_enqueue_many_reports_what_it_wrote(

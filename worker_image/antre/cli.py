@@ -104,7 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except errors.JobNotFound as exc:
         print(prefix, exc, file=sys.stderr)
         return EXIT_NOT_FOUND
-    except errors.RedisRefused as exc:
+    except (errors.RedisRefused, errors.NotReplicated) as exc:
+        # Redis answered: refused the write (full, a replica), or wrote it without enough
+        # replicas confirming it in time (durable_replicas). Neither is "unreachable".
         print(prefix, exc, file=sys.stderr)
         return EXIT_UNAVAILABLE
     except (errors.RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
