@@ -10,9 +10,11 @@ Every scenario ends with the queue invariant, read from the node that owns the q
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -28,7 +30,7 @@ from antre.protocol.claim import claim_op
 from antre.protocol.fail import fail_op
 from antre.worker import Worker
 from invariants import assert_invariants
-from redis_servers import RedisServer, wait_until
+from redis_servers import RedisServer, child_env, free_port, wait_until
 from registered_workers import register_worker
 
 
@@ -276,3 +278,36 @@ async def test_durable_writes_are_refused_on_a_cluster_at_once(cluster: Cluster)
     finally:
         client.close()
         await aclient.aclose()
+
+
+def test_a_durable_api_on_a_cluster_is_refused_at_start(cluster: Cluster) -> None:
+    """README: "a durable queue on a redis+cluster:// URL is refused at start". ``antre api``
+    too: one line and exit 2 before it listens, not a 500 for every request it serves."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "antre", "api", "--port", str(port), "--redis-url", cluster.url,
+         "--queue", "dq"],
+        env={**child_env(), "ANTRE_DURABLE_REPLICAS": "1", "ANTRE_API_TOKEN": "t" * 32},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        try:
+            out, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            answer = ""
+            with contextlib.suppress(OSError), socket.create_connection(
+                    ("127.0.0.1", port), timeout=5) as sock:
+                sock.sendall(b"POST /v1/queues/dq/jobs HTTP/1.0\r\nAuthorization: Bearer "
+                             + b"t" * 32 + b"\r\nContent-Type: "
+                             b"application/json\r\nContent-Length: 12\r\n\r\n"
+                             b'{"type":"t"}')
+                answer = sock.recv(200).decode(errors="replace")
+            raise AssertionError("antre api kept serving a durable queue on a cluster; an "
+                                 f"enqueue got: {answer.splitlines()[:1]}") from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in err, err
+    assert proc.returncode == 2 and err.count("\n") == 1, err
+    assert err.startswith("antre api: durable_replicas: got 1 with a Redis Cluster URL"), err
+    assert not out

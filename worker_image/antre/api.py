@@ -558,7 +558,9 @@ def create_app(redis_client: Any, *, api_settings: ApiSettings,
                dashboard: DashboardSettings | None = None) -> web.Application:
     """The application. ``queue_template`` gives prefix and limits for every queue (its name
     is replaced by the one in the path). With ``dashboard``, the web dashboard is served under
-    ``/ui`` (:mod:`antre.dashboard`), for the same queues and with the same token."""
+    ``/ui`` (:mod:`antre.dashboard`), for the same queues and with the same token. A durable
+    ``queue_template`` on a Redis Cluster client is refused here, before anything is served."""
+    scripts.check_durable_client(redis_client, queue_template or settings.QueueSettings())
     app = web.Application(middlewares=[error_middleware, auth_middleware, query_middleware],
                           client_max_size=api_settings.max_body_bytes)
     app[APP_STATE] = ApiState(redis_client, queue_template or settings.QueueSettings(),
