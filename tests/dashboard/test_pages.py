@@ -4,9 +4,9 @@ Covers: the numbers on the overview and a queue page are the depth script's (wha
 stats`` and the API's stats return); a job's record.json is what the API's job endpoint returns;
 a queue outside the API's scope is a 404 on every page; windows clamp the page number; search by
 job id and by idempotency key; a job whose record cannot be parsed still shows its fields; the
-security headers; Redis down is a 503 page, not a traceback; numbers in the URL or a form that
-are not ASCII digits (a superscript "²") read as absent, and a form body that is not UTF-8 is a
-400 page: neither is a 500.
+security headers; Redis down is a 503 page, not a traceback, and a change Redis refuses says so;
+numbers in the URL or a form that are not ASCII digits (a superscript "²") read as absent, and a
+form body that is not UTF-8 is a 400 page: neither is a 500.
 """
 
 from __future__ import annotations
@@ -150,6 +150,26 @@ async def test_redis_down_is_a_503_page() -> None:
         finally:
             await ui.close()
             await client.aclose()
+
+
+async def test_a_change_redis_refuses_is_named_so_not_unreachable(
+        ui: TestClient[Any, Any], redis_client: Any) -> None:
+    """Redis full (noeviction) refuses a cancel: the page says Redis refused it, with Redis's
+    reason, not that Redis cannot be reached; the job is left as it was."""
+    job_id = Queue(redis_client, "emails").enqueue("t", {}).job_id
+    await sign_in(ui)
+    csrf = csrf_of(await (await ui.get("/ui/")).text())
+    redis_client.config_set("maxmemory-policy", "noeviction")
+    redis_client.config_set("maxmemory", 1)
+    try:
+        answer = await ui.post("/ui/queues/emails/actions", data={
+            "csrf": csrf, "action": "cancel", "ids": job_id, "confirmed": "yes"})
+    finally:
+        redis_client.config_set("maxmemory", 0)
+    page = await answer.text()
+    assert answer.status == 503 and "Redis refused the change" in page, page[:800]
+    assert "maxmemory" in page and "cannot be reached" not in page
+    assert Queue(redis_client, "emails").get(job_id).status == "queued"
 
 
 def test_settings_from_flags_and_env_and_the_docs_table(monkeypatch: Any) -> None:

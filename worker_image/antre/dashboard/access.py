@@ -144,6 +144,15 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
     except web.HTTPException as exc:  # aiohttp's own: unknown path, wrong method
         response = error_page(dashboard, request, PageError(
             exc.status, exc.reason, "There is no such page here.", back=dashboard.url("/")))
+    except (errors.RedisRefused, errors.NotReplicated) as exc:
+        # Redis answered: it refused the change (full, a read-only replica), or made it without
+        # enough replicas confirming it in time. "Cannot be reached" would be wrong, and for an
+        # unconfirmed change misleading: it is done on the primary.
+        title = ("Not confirmed by replicas" if isinstance(exc, errors.NotReplicated)
+                 else "Redis refused the change")
+        response = error_page(dashboard, request, PageError(
+            503, title, f"{exc}", back=dashboard.url("/")))
+        response.headers["Retry-After"] = "2"
     except (errors.RedisUnavailable, redis.ConnectionError, redis.TimeoutError):
         response = error_page(dashboard, request, PageError(
             503, "Redis is unavailable", "The queue's Redis cannot be reached right now; "
