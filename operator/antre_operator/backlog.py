@@ -43,6 +43,11 @@ class RedisReadError(Exception):
         self.detail = detail or message
 
 
+class RedisRefused(RedisReadError):
+    """Redis answered, with an error reply: the command is refused (an ACL, a renamed or
+    disabled command on managed Redis), not the connection."""
+
+
 #: The first word of a Redis error reply ("NOPERM", "OOM"), the only part of one shown.
 _ERROR_CODE_RE: Final = re.compile(r"[A-Z][A-Z_]{1,30}")
 #: What the status says of any failure before Redis answered as Redis.
@@ -123,7 +128,7 @@ class QueueReader:
                                  detail=self._scrub(f"{where}: {detail}")) from None
         except (antre.AntreError, redis.exceptions.RedisError) as exc:
             code = _ERROR_CODE_RE.match(str(exc))
-            raise RedisReadError(
+            raise RedisRefused(
                 f"{where}: Redis refused the command"
                 + (f" ({code.group(0)})" if code else ""),
                 detail=self._scrub(f"{where}: {exc}")) from None

@@ -201,6 +201,7 @@ class Reconciler:
         self.numbers: status.QueueNumbers | None = None
         self.last_scale_time: str | None = None
         self.eviction_warning: str | None = None
+        self.eviction_unreadable: str | None = None
         self.eviction_checked_at: float | None = None
         self.secrets = secret_reading.SecretReader(namespace=namespace,
                                                    policy=state.settings.policy)
@@ -325,7 +326,8 @@ class Reconciler:
         observation = status.Observation(
             generation=generation, problem=problem, redis_error=redis_error,
             eviction_warning=self.eviction_warning,
-            eviction_checked=self.eviction_checked_at is not None, numbers=self.numbers,
+            eviction_checked=self.eviction_checked_at is not None,
+            eviction_unreadable=self.eviction_unreadable, numbers=self.numbers,
             autoscaling=jq.autoscaling.enabled, replicas=applied,
             ready_replicas=self._ready_replicas(jq, uid), desired_replicas=decision.replicas,
             scaling_note=decision.note, selector=rendering.worker_selector(jq.name),
@@ -399,7 +401,19 @@ class Reconciler:
                 and now - self.eviction_checked_at < self.state.settings.eviction_check_interval_s):
             return
         assert self.reader is not None
-        self.eviction_warning = await self.reader.eviction_warning()
+        try:
+            self.eviction_warning = await self.reader.eviction_warning()
+        except backlog.RedisRefused as exc:
+            # INFO renamed or disabled (managed Redis) or denied by an ACL (@dangerous): the
+            # depth read succeeded, so the queue is served and scaled; only this check is not.
+            self.eviction_checked_at = now
+            self.eviction_warning = None
+            self.eviction_unreadable = (
+                "maxmemory-policy cannot be read: INFO was refused (renamed, disabled or denied "
+                "by an ACL); make sure it is noeviction, or Redis may evict jobs")
+            logger.info("%s/%s: %s", self.namespace, self.name, exc.detail)
+            return
+        self.eviction_unreadable = None
         self.eviction_checked_at = now
         if self.eviction_warning is not None:
             self._report(body, "eviction", reason="RedisEvictionPolicy",

@@ -132,6 +132,8 @@ class Observation:
     """None when the last Redis round trip succeeded (or none was tried: see ``numbers``)."""
     eviction_warning: str | None = None
     eviction_checked: bool = False
+    eviction_unreadable: str | None = None
+    """Why maxmemory-policy could not be read (INFO refused), if it could not."""
     numbers: QueueNumbers | None = None
     """The last successful depth read; None before the first one."""
     autoscaling: bool = True
@@ -255,6 +257,9 @@ def conditions_for(obs: Observation, previous: Sequence[Mapping[str, Any]] = ()
 
     if obs.eviction_warning is not None:
         configured = _condition("RedisConfigured", FALSE, "EvictionPolicy", obs.eviction_warning)
+    elif obs.eviction_unreadable is not None:
+        configured = _condition("RedisConfigured", UNKNOWN, "Unreadable",
+                                obs.eviction_unreadable)
     elif obs.eviction_checked:
         configured = _condition("RedisConfigured", TRUE, "NoEviction",
                                 "maxmemory-policy is noeviction")

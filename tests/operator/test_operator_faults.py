@@ -101,6 +101,25 @@ async def test_eviction_policy_is_a_warning(k8s: Any, operator: Any) -> None:
         assert ready is not None and ready["status"] == "True", "a warning, not an outage"
 
 
+async def test_a_redis_without_info_still_scales(k8s: Any, operator: Any) -> None:
+    """Managed Redis services rename or disable INFO (and ACLs often deny it: it is in
+    @dangerous). The eviction check reads INFO; the worker and the dashboard shrug off its
+    refusal, and so must the operator: the depth read succeeded, so Redis is reachable and the
+    autoscaler scales. Only RedisConfigured stays unknown."""
+    with running_redis("--maxmemory-policy", "noeviction",
+                       "--rename-command", "INFO", "") as server:
+        await create(k8s, jobqueue("managed", NS, server.url, autoscaling=FAST))
+        await enqueue(server.url, "managed", 300)
+        await eventually(lambda: replicas(k8s, "managed") == 3, message="3 replicas")
+        await eventually(lambda: (c := cond(k8s, "managed", "RedisReachable"))
+                         and c["status"] == "True", message="RedisReachable=True")
+        configured = await eventually(
+            lambda: (c := cond(k8s, "managed", "RedisConfigured")) and c["status"] == "Unknown"
+            and c, message="RedisConfigured=Unknown")
+        assert "INFO" in configured["message"], configured
+        assert not any(e.get("reason") == "RedisUnreachable" for e in k8s.events(NS))
+
+
 async def test_broken_jobqueues_do_not_affect_a_good_one(k8s: Any, operator: Any, redis_url: str,
                                                          redis_client: redis.Redis) -> None:
     # Objects the API server would have refused (the emulator has no schema): the operator must
