@@ -575,7 +575,9 @@ class Reconciler:
             live = await self._observed(key)
             topic = f"not-ours:{kind}/{name}"
             if live is not None:
-                if kube.controller_uid(live) != uid:
+                # Ours, or one this JobQueue would adopt (orphaned by --cascade=orphan, or a
+                # predecessor's): the spec no longer wants it, so it goes.
+                if not kube.ours(live, jobqueue=self.name, uid=uid):
                     # Once per change, not per poll.
                     self._report(body, topic, reason="NotOurs",
                                  message=f"{kind} {name} is not ours; not deleting it")

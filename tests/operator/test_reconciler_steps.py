@@ -277,6 +277,31 @@ async def test_children_orphaned_by_a_cascade_orphan_delete_are_adopted(
     assert live["spec"]["replicas"] == 5  # Redis is down: what runs is kept
 
 
+@pytest.mark.parametrize("owner_refs", [
+    pytest.param([], id="orphaned"),
+    pytest.param([jobqueue_ref("orph", "old-uid")], id="of-a-predecessor"),
+])
+async def test_an_adoptable_api_the_spec_no_longer_wants_is_deleted(
+        monkeypatch: pytest.MonkeyPatch, owner_refs: list[dict[str, Any]]) -> None:
+    """`kubectl delete jq --cascade=orphan` (or a delete and re-create before the garbage
+    collector ran), then the JobQueue again without spec.api: its API Deployment and Service
+    are this JobQueue's to adopt, as its worker and reaper are, so they go rather than run on
+    with a NotOurs warning."""
+    fake = FakeKube()
+    labels = {"app.kubernetes.io/managed-by": "antre-operator", "antre.dev/jobqueue": "orph"}
+    for kind in ("Deployment", "Service"):
+        fake.put(kind, NS, "orph-api", {
+            "apiVersion": "apps/v1" if kind == "Deployment" else "v1", "kind": kind,
+            "metadata": {"labels": labels, "ownerReferences": owner_refs}, "spec": {}})
+    rec, events = reconciler(monkeypatch, fake, namespace=NS, name="orph")
+    body = jobqueue_body("orph", NS, spec_for(f"redis://127.0.0.1:{free_port()}/0"))
+    async with closing(rec):
+        await rec.step(body)
+    assert fake.live("Deployment", NS, "orph-api") is None
+    assert fake.live("Service", NS, "orph-api") is None
+    assert not [e for e in events if e["reason"] == "NotOurs"]
+
+
 @pytest.mark.parametrize("labels", [
     pytest.param({"antre.dev/jobqueue": "orph"}, id="not-managed-by-us"),
     pytest.param({"app.kubernetes.io/managed-by": "antre-operator",
