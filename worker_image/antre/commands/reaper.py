@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from typing import Final
 
-from antre import errors, limits, reaper
+import redis
+
+from antre import connection, errors, limits, reaper
 from antre.commands import Command, open_queue
 
 
@@ -17,7 +20,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="one pass, print what it did, exit (what the CronJob runs)")
     parser.add_argument("--interval", type=float, default=5.0,
                         help="without --once: seconds between passes; only passes that did "
-                             "something are printed (default %(default)s)")
+                             "something are printed, and an outage is waited out (one line "
+                             "when Redis goes away, one when it is back) (default %(default)s)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,15 +29,37 @@ def run(args: argparse.Namespace) -> int:
         raise errors.InvalidArgument(f"--interval: got {args.interval:g}; must be a number of "
                                      f"seconds > 0 and <= {limits.MAX_WAIT_S}")
     queue = open_queue(args)
+    if args.once:
+        _print_pass(queue.name, reaper.run_once(queue.redis, queue.settings))
+        return 0
+    failing = False
     while True:
-        totals = reaper.run_once(queue.redis, queue.settings)
-        if args.once or totals.requeued or totals.dead or totals.promoted or totals.workers_dropped:
-            print(json.dumps({"queue": queue.name, "requeued": totals.requeued, "dead": totals.dead,
-                              "promoted": totals.promoted, "workers_dropped": totals.workers_dropped,
-                              "calls": totals.passes}), flush=True)
-        if args.once:
-            return 0
+        # A loop rides out an outage as a worker does: a pass is one atomic script call, so a
+        # failed one changed nothing and the next simply tries again. One line when Redis goes
+        # away and one when it is back, not one per pass.
+        try:
+            totals = reaper.run_once(queue.redis, queue.settings)
+        except (errors.RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
+            if not failing:
+                reason = (str(exc) if isinstance(exc, errors.RedisRefused | errors.NotReplicated)
+                          else connection.describe_unreachable(args.redis_url or "", exc))
+                print(f"antre reaper: {reason}; trying again every {args.interval:g} s",
+                      file=sys.stderr, flush=True)
+            failing = True
+        else:
+            if failing:
+                print("antre reaper: Redis answers again; passes resumed", file=sys.stderr,
+                      flush=True)
+            failing = False
+            if totals.requeued or totals.dead or totals.promoted or totals.workers_dropped:
+                _print_pass(queue.name, totals)
         time.sleep(args.interval)
+
+
+def _print_pass(queue: str, totals: reaper.ReapTotals) -> None:
+    print(json.dumps({"queue": queue, "requeued": totals.requeued, "dead": totals.dead,
+                      "promoted": totals.promoted, "workers_dropped": totals.workers_dropped,
+                      "calls": totals.passes}), flush=True)
 
 
 COMMAND: Final = Command("reaper", "requeue expired leases and promote due retries", configure, run)
