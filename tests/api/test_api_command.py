@@ -3,7 +3,7 @@
 Covers: a non-integer ANTRE_API_PORT or ANTRE_API_MAX_BODY_BYTES is a one-line error of `antre api`
 only (every other command still parses; a setting's variable is named with its flag), the
 token from the env is stripped of the trailing newline a Secret made from a file carries, and a
-blank one is an error.
+blank one, or one that is not UTF-8 text, is an error at start.
 """
 
 from __future__ import annotations
@@ -70,3 +70,15 @@ def test_a_blank_token_is_an_error_not_no_auth(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setenv("ANTRE_API_TOKEN", value)
     with pytest.raises(errors.InvalidArgument, match="ANTRE_API_TOKEN: set but empty"):
         api_command.token_from_env()
+
+
+def test_a_token_that_is_not_utf8_text_is_refused_at_start() -> None:
+    """A Secret made from `openssl rand 32 > token` holds raw bytes no client can send in a
+    header: one line at start, not a 500 on every request."""
+    env = {**child_env(), "ANTRE_API_TOKEN": b"raw-\xff\xfe", "ANTRE_API_PORT": "0",
+           "ANTRE_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    proc = subprocess.run([ANTRE, "api"], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == EXIT_USAGE, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "antre api: ANTRE_API_TOKEN: not UTF-8 text (byte 0xff at position 4); use a text "
+        "token, e.g. openssl rand -hex 32"]

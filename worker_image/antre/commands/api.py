@@ -74,6 +74,13 @@ def token_from_env() -> str | None:
     raw = os.environ.get("ANTRE_API_TOKEN")
     if raw is None:
         return None
+    try:
+        raw.encode()
+    except UnicodeEncodeError as exc:  # bytes the locale could not decode, kept as surrogates
+        position = len(os.fsencode(raw[:exc.start]))
+        raise errors.InvalidArgument(
+            f"ANTRE_API_TOKEN: not UTF-8 text (byte 0x{os.fsencode(raw)[position]:02x} at "
+            f"position {position}); use a text token, e.g. openssl rand -hex 32") from None
     if not raw.strip():
         raise errors.InvalidArgument(
             "ANTRE_API_TOKEN: set but empty (or only whitespace); an empty token would turn "
