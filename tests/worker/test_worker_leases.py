@@ -156,14 +156,12 @@ async def test_graceful_stop_releases_unfinished_jobs_to_another_worker(redis_cl
     assert_invariants(redis_client, qs)
 
 
-async def test_a_stop_that_dead_letters_a_job_reports_it_dead_not_released(redis_client, aredis,
-                                                                           qs, caplog):
-    """A release past the free ones spends the attempt, and on the last attempt the job ends
-    dead: the worker logged and counted that run as `released`, a job that was not given back
-    to anyone."""
-    caplog.set_level(logging.INFO, logger="antre.lifecycle")
+def never_finishing(redis_client, qs) -> tuple[HandlerRegistry, list[str], Queue, str, str]:
+    """A registry whose ``work`` handler never finishes (noting each job it starts), and two
+    jobs on their last attempt, enqueued in this order; the second was released FREE_RELEASES
+    times already (by stops of earlier workers)."""
     registry = HandlerRegistry()
-    started = []
+    started: list[str] = []
 
     @registry.handler("work")
     async def never_finishes(job):
@@ -171,11 +169,20 @@ async def test_a_stop_that_dead_letters_a_job_reports_it_dead_not_released(redis
         await asyncio.Event().wait()
 
     queue = Queue(redis_client, settings=qs)
-    dying, requeued = (queue.enqueue("work", max_attempts=1).job_id for _ in range(2))
-    # Released FREE_RELEASES times already (by stops of earlier workers): this release spends
-    # the only attempt.
-    as_queued_hash(redis_client, qs, dying)
-    redis_client.hset(qs.keys.job(dying), "releases", FREE_RELEASES)
+    first, second = (queue.enqueue("work", max_attempts=1).job_id for _ in range(2))
+    as_queued_hash(redis_client, qs, second)
+    redis_client.hset(qs.keys.job(second), "releases", FREE_RELEASES)
+    return registry, started, queue, first, second
+
+
+async def test_a_stop_that_dead_letters_a_job_reports_it_dead_not_released(redis_client, aredis,
+                                                                           qs, caplog):
+    """A release past the free ones spends the attempt, and on the last attempt the job ends
+    dead: the worker logged and counted that run as `released`, a job that was not given back
+    to anyone."""
+    caplog.set_level(logging.INFO, logger="antre.lifecycle")
+    # Released FREE_RELEASES times already: this release spends the only attempt.
+    registry, started, queue, requeued, dying = never_finishing(redis_client, qs)
     metrics = WorkerMetrics(qs.name)
     async with running_worker(aredis, qs, registry, grace_period_s=0.1, metrics=metrics):
         await eventually(lambda: sorted(started) == sorted([dying, requeued]))
@@ -185,6 +192,30 @@ async def test_a_stop_that_dead_letters_a_job_reports_it_dead_not_released(redis
     assert metrics.jobs.labels(qs.name, "work", "released")._value.get() == 1
     assert metrics.jobs.labels(qs.name, "work", "dead")._value.get() == 1
     assert queue.stats().counters.get("released") == 1
+    assert_invariants(redis_client, qs)
+
+
+async def test_a_stop_refunds_a_prefetched_job_however_often_it_was_released(
+        redis_client, aredis, qs, monkeypatch):
+    """A prefetched job never started: a stop gives its attempt back even past the free
+    releases (they bound jobs that never finish within a grace period, and this one never
+    began). Before, a job on its last attempt, prefetched by a fourth stopping worker in a
+    rolling restart, ended dead without ever running."""
+    registry, started, queue, running, prefetched = never_finishing(redis_client, qs)
+    async with running_worker(aredis, qs, registry, concurrency=1, grace_period_s=0.1) as worker:
+        monkeypatch.setattr(worker.prefetch, "size", lambda now: 1)  # before its first claim
+        await eventually(lambda: started == [running] and list(worker._waiting) and status_of(
+            redis_client, qs, prefetched) == "processing",
+            message="one job running, the other prefetched behind it")
+    assert started == [running], "the prefetched job never started"
+    info = queue.get(prefetched)
+    assert (info.status, info.attempt) == ("queued", 0)
+    assert [e.event for e in info.history if e.event != "extended"] == [
+        "enqueued", "claimed", "released"]
+    assert read_record(redis_client, qs, prefetched)["releases"] == str(FREE_RELEASES)
+    # The run that began is counted: a job that never finishes within a grace period still
+    # ends dead after the free releases.
+    assert read_record(redis_client, qs, running)["releases"] == "1"
     assert_invariants(redis_client, qs)
 
 

@@ -69,9 +69,11 @@ class Settler:
         finally:
             self.held.forget(run)
 
-    async def release(self, runs: Sequence[Run], *, still_going: Collection[Run]) -> None:
+    async def release(self, runs: Sequence[Run], *, still_going: Collection[Run],
+                      unstarted: bool = False) -> None:
         """Shutdown: gives unfinished runs back to the queue. Runs ``still_going`` (threads that
-        cannot be stopped) keep their resource lock until they return."""
+        cannot be stopped) keep their resource lock until they return. ``unstarted`` runs
+        (prefetched) get their attempt back however often their job was released before."""
         released: list[ReleaseOutcome] = []
         deadline = time.monotonic() + RELEASE_BUDGET_S  # for every call of the release together
         for chunk in scripts.chunked(runs):
@@ -79,7 +81,8 @@ class Settler:
                 chunk_released = await self.outages.settle(release_op(
                     self.queue, [run.lease for run in chunk], worker_id=self.worker_id,
                     reason="worker shutting down",
-                    keep_locks={run.claimed.id for run in still_going}),
+                    keep_locks={run.claimed.id for run in still_going},
+                    unstarted={run.claimed.id for run in chunk} if unstarted else ()),
                     budget_s=max(deadline - time.monotonic(), 0.1))
                 released += chunk_released
             except (RedisUnavailable, LeaseLost):
@@ -106,7 +109,7 @@ class Settler:
             with contextlib.suppress(Exception):
                 await scripts.run_async(self.redis, release_op(
                     self.queue, [(job.id, job.lease) for job in chunk], worker_id=self.worker_id,
-                    reason=reason))
+                    reason=reason, unstarted={job.id for job in chunk}))
 
     def unlock_soon(self, run: Run) -> None:
         """A thread that kept its run's resource lock returned: free the lock. Not freed (Redis

@@ -228,7 +228,7 @@ class Worker:
         if waiting:  # prefetched, never started: back to the queue at once
             for run in waiting:
                 run.released = True
-            await self.settler.release(waiting, still_going=())
+            await self.settler.release(waiting, still_going=(), unstarted=True)
         while self._running and time.monotonic() < deadline:
             tasks = [run.task for run in self.held if run.task and not run.task.done()]
             if not tasks:

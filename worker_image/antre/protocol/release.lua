@@ -1,6 +1,7 @@
 -- release: give leased jobs back to the head of the queue (graceful shutdown). The attempt is
 -- given back for the first `free_releases` releases of a job; after that a release spends it,
--- so a job that never finishes within a grace period ends dead instead of looping. A release
+-- so a job that never finishes within a grace period ends dead instead of looping (a run that
+-- never started does not count: it always gets its attempt back). A release
 -- after the lease's deadline (the worker was frozen or cut off) spends it too, as the reaper's
 -- requeue of that expired lease would have.
 -- KEYS[1] -> <prefix>:{Q}:queue         (List)
@@ -14,9 +15,12 @@
 -- ARGV[5] -> free_releases (releases per job that give the attempt back)
 -- ARGV[6] -> waiting key prefix: a job dead-lettered here never takes its resource again, so
 --            once its lock is free the first job still waiting for it is woken, as ack does
--- ARGV[7..] -> triples: job id, lease token, keep_lock (1: the run may still be going, a
+-- ARGV[7..] -> triples: job id, lease token, run state (1: the run may still be going, a
 --              handler thread that cannot be stopped: its lock is left to its worker, which
---              frees it when the run returns or lets it expire; 0: free the lock now)
+--              frees it when the run returns or lets it expire; 0: free the lock now; 2: the
+--              run never started (prefetched, or a claim given back): the lock is freed and
+--              the release is not counted, so the attempt is given back however often the job
+--              was released before, unless the lease's deadline has passed)
 -- Returns: one integer per triple: 1 released, 2 dead-lettered (out of attempts), 0 not the
 --          lease holder (nothing changed).
 -- Errors: none of its own.
@@ -39,7 +43,7 @@ for i = 7, #ARGV, 3 do
     released[#released + 1] = id
     result[#result + 1] = 1
     records[#records + 1] = {id, lease, f, ARGV[i + 2] == '1', deadline and deadline < now,
-      #result}
+      #result, ARGV[i + 2] == '2'}
   else
     result[#result + 1] = 0
   end
@@ -50,14 +54,20 @@ if #released == 0 then return result end
 zrem_all(processing_key, released)
 local requeued, dead = 0, 0
 for _, record in ipairs(records) do
-  local id, lease, f, keep_lock, expired, slot = record[1], record[2], record[3], record[4],
-    record[5], record[6]
+  local id, lease, f, keep_lock, expired, slot, unstarted = record[1], record[2], record[3],
+    record[4], record[5], record[6], record[7]
   local job_key = job_prefix .. id
   local releases = (tonumber(f[7]) or 0) + 1
   local attempt = tonumber(f[3]) or 1
-  if releases <= free_releases and not expired then attempt = math.max(attempt - 1, 0) end
-  local why = expired and (reason .. ' (after its lease expired: the attempt counts)') or reason
   local extra = {'releases', releases}
+  if unstarted then  -- never ran: not one of the releases that bound a job never finishing
+    releases = releases - 1
+    extra = {}
+  end
+  if (unstarted or releases <= free_releases) and not expired then
+    attempt = math.max(attempt - 1, 0)
+  end
+  local why = expired and (reason .. ' (after its lease expired: the attempt counts)') or reason
   if keep_lock then
     extra[#extra + 1] = 'lock_kept'
     extra[#extra + 1] = lease
