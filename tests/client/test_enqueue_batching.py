@@ -19,7 +19,7 @@ from antre.jobs import EnqueueResult
 from antre.protocol.scripts import MAX_JOBS_PER_CALL
 from antre.settings import QueueSettings
 from invariants import assert_invariants, read_record
-from redis_servers import running_redis, script_calls
+from redis_servers import eventually, running_redis, script_calls
 
 QS = QueueSettings(name="batched")
 
@@ -142,6 +142,28 @@ async def test_a_caller_cancelled_before_its_batch_went_out_is_not_enqueued(
     with pytest.raises(asyncio.CancelledError):
         await cancelled
     assert redis_client.lrange(QS.keys.ready, 0, -1) == [kept.job_id]
+
+
+async def test_a_caller_cancelled_while_its_refused_batch_was_in_flight_is_not_enqueued(
+        queue: AsyncQueue, redis_client: redis.Redis) -> None:
+    """A batch Redis refuses (one job's idempotency conflict) wrote nothing, and its jobs are
+    then sent again one per call: a caller cancelled meanwhile (a request's timeout) has been
+    answered already, so its job must not be written after it was told it failed."""
+    await queue.enqueue("t", {"a": 1}, idempotency_key="k")
+    redis_client.execute_command("CLIENT", "PAUSE", "300", "WRITE")  # the batch waits in Redis
+    conflicting = asyncio.create_task(queue.enqueue("t", {"a": 2}, idempotency_key="k"))
+    cancelled = asyncio.create_task(queue.enqueue("t", {"n": 0}))
+    await eventually(lambda: any(client["cmd"] == "evalsha" and "b" in client["flags"]
+                                 for client in redis_client.client_list()),
+                     message="the batch sent, held by the pause")
+    cancelled.cancel()
+    with pytest.raises(errors.IdempotencyConflict):
+        await conflicting
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    await queue.close()  # every job of the batch answered and sent
+    assert redis_client.llen(QS.keys.ready) == 1, "only the first job of key k"
+    assert_invariants(redis_client, QS)
 
 
 async def test_durable_queue_not_replicated_names_each_callers_own_job(

@@ -13,7 +13,8 @@ Each caller still gets exactly what its own call would have given:
   the first job to the second caller with ``created`` False;
 - its own refusal: the script refuses a whole call when one job is unusable (an idempotency key
   reused for another request, a key of the wrong type) and writes nothing, so the jobs of such a
-  batch are then sent again one per call, and only the caller at fault gets the error;
+  batch are then sent again one per call (but for callers cancelled meanwhile), and only the
+  caller at fault gets the error;
 - the error of a call that failed for all (Redis unreachable, out of memory), which reaches every
   caller of the batch; a durable queue's NotReplicated carries each caller's own result;
 - its reply only after Redis has its job. A caller cancelled before its batch was sent is left
@@ -88,9 +89,11 @@ class EnqueueBatcher:
             if len(batch) == 1:
                 _fail(batch, exc)
                 return
-            # Nothing of the batch was written: each job alone gets its own answer.
+            # Nothing of the batch was written: each job alone gets its own answer. A caller
+            # cancelled meanwhile was answered already: its job is not written after that.
             for waiting in batch:
-                await self._send([waiting])
+                if not waiting[1].done():
+                    await self._send([waiting])
             return
         except errors.NotReplicated as exc:
             replicated: list[EnqueueResult] = exc.result  # type: ignore[assignment]
