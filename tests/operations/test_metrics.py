@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from antre import AsyncQueue, Queue
+from antre import AsyncQueue, Queue, QueueSettings
 from antre.depth_metrics import DepthCollector
 from prometheus_client import CollectorRegistry, generate_latest
 from redis_servers import child_env, free_port, wait_until
@@ -50,6 +50,20 @@ def test_depth_by_state_counters_and_lock_contention(redis_client: Any) -> None:
     assert 'antre_queue_events_total{event="enqueued",queue="q"} 9.0' in text
     assert 'antre_queue_depth_up{queue="q"} 1.0' in text
     assert 'antre_queue_oldest_ready_age_seconds{queue="q"}' in text
+
+
+def test_dead_letters_past_their_retention_are_counted(redis_client: Any) -> None:
+    """operations.md lists ``dead_expired`` among the events of antre_queue_events_total: the
+    reaper's deletions of dead letters older than ``dead_ttl_s`` are counted in Redis, and an
+    alert on dead letters vanishing unread needs the series."""
+    queue = Queue(redis_client, settings=QueueSettings(name="q", dead_ttl_s=60))
+    [job_id] = queue_states.dead_letters(queue, [("E", 1)])
+    redis_client.zadd(queue.keys.dead, {job_id: 1})  # died long before the retention
+    assert queue.reap().dead_expired == 1
+
+    registry = CollectorRegistry()
+    registry.register(DepthCollector([queue]))
+    assert 'antre_queue_events_total{event="dead_expired",queue="q"} 1.0' in scrape(registry)
 
 
 async def test_async_refresh_and_unreachable_redis(redis_client: Any, redis_url: str) -> None:
