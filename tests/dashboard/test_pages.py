@@ -247,3 +247,27 @@ async def test_a_form_body_that_is_not_utf8_is_a_400_page(ui: TestClient[Any, An
     answer = await ui.post("/ui/queues/emails/actions", data=b"csrf=\xff", headers=form)
     assert answer.status == 400, await answer.text()
     assert "not valid UTF-8" in await answer.text()
+
+
+async def test_a_live_stream_ends_when_its_session_does(ui: TestClient[Any, Any],
+                                                        redis_client: Any) -> None:
+    """A sign-in lasts its session TTL, live tabs included: a stream opened with a session
+    ends when that session expires (the browser's reconnect then gets the 401 a page without a
+    session gets), rather than streaming the queues for as long as the tab stays open."""
+    from antre.dashboard import sessions
+
+    Queue(redis_client, "emails").enqueue("t", {})
+    signer = sessions.SessionSigner(sessions.signing_key(TOKEN), ttl_s=2)
+    _session, cookie = signer.issue()
+    headers = {"Cookie": f"{sessions.COOKIE_NAME}={cookie}"}
+    stream = await ui.get("/ui/live/queues/emails", headers=headers)
+    assert stream.status == 200
+    try:
+        # Every frame is read until the server ends the stream; 2 s of session, 10 s allowed.
+        await asyncio.wait_for(stream.content.read(), timeout=10)
+    except TimeoutError:
+        raise AssertionError("the stream outlived its session by more than 8 s") from None
+    finally:
+        stream.close()
+    again = await ui.get("/ui/live/queues/emails", headers=headers)
+    assert again.status == 401

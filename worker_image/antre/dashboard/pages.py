@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any, Final
 from urllib.parse import urlencode
 
@@ -22,7 +23,7 @@ from aiohttp import web
 
 from antre.dashboard import live, reading, views
 from antre.dashboard.access import page_context, safe_return, secure_headers
-from antre.dashboard.state import Dashboard, PageError, dashboard_of
+from antre.dashboard.state import SESSION, Dashboard, PageError, dashboard_of
 from antre.jobs import JobStatus
 
 #: Dead-letter windows offered for grouping.
@@ -201,12 +202,17 @@ async def _stream(request: web.Request, topic: str) -> web.StreamResponse:
                                            "Cache-Control": "no-store",
                                            "X-Accel-Buffering": "no"})
     secure_headers(response)
+    # The stream ends with its session: an open tab must not outlive the sign-in (its
+    # reconnect then needs a session like any page).
+    session = request[SESSION]
+    ends_at_s = session.expires_at_s if session is not None else time.time()
     try:
         await response.prepare(request)
         await response.write(b"retry: 3000\n\n")
-        while True:
-            chunks = await live.frames(subscription)
-            if chunks is None:
+        while (left_s := ends_at_s - time.time()) > 0:
+            chunks = await live.frames(subscription,
+                                       keepalive_s=min(live.KEEPALIVE_S, left_s))
+            if chunks is None or time.time() >= ends_at_s:
                 break
             for chunk in chunks:
                 await response.write(chunk)
