@@ -4,7 +4,8 @@ Covers: one live tick costs the same Redis commands with one open overview tab a
 twenty-five; ten tabs on one queue's page add that queue's health read once, as one tab does;
 the same fragments reach every tab of a topic; tabs on one job's page cost one read of its
 record per tick, however many; with every tab closed the sampler stops and the dashboard sends
-Redis nothing; a tick that cannot read Redis keeps the streams open.
+Redis nothing; a tick that cannot read Redis keeps the streams open; the frame of a page
+closed since is dropped, so reopening it never shows the state it had when it closed.
 """
 
 from __future__ import annotations
@@ -138,3 +139,25 @@ async def test_tabs_on_one_job_share_its_read(dashboard: Dashboard, redis_client
     await monitor.step()
     assert "record is gone" in json.loads(first.pending or "{}")["job-live"]
     assert all(s.pending == first.pending for s in more)
+
+
+async def test_a_closed_pages_frame_is_not_kept(dashboard: Dashboard, redis_client: Any) -> None:
+    """While any tab stays open (the overview on a second screen), the frames of pages closed
+    since are dropped: a job's page opened again does not first get the job as it was when
+    its last tab closed (a cancelled job shown queued, with its Cancel button), and every job
+    page ever opened does not stay in the server's memory."""
+    monitor = dashboard.monitor
+    overview = monitor.subscribe("overview")
+    await first_frame(overview)
+    queue = Queue(redis_client, "emails")
+    job_ids = [queue.enqueue("t", {"i": i}).job_id for i in range(20)]
+    for job_id in job_ids:
+        tab = monitor.subscribe(live.job_topic("emails", job_id))
+        await monitor.step()
+        assert "queued" in json.loads(tab.pending or "{}")["job-live"]
+        monitor.unsubscribe(tab)
+    assert queue.cancel(job_ids[0]) == "queued"
+    await monitor.step()
+    reopened = monitor.subscribe(live.job_topic("emails", job_ids[0]))
+    assert reopened.pending is None or "cancelled" in reopened.pending, reopened.pending
+    assert set(monitor._last_sent) <= {"overview", live.job_topic("emails", job_ids[0])}

@@ -213,6 +213,12 @@ class Monitor:
                 self.readings.errors[job_topic(*job)] = str(exc) or type(exc).__name__
         for gone in set(self.readings.jobs) - jobs:  # no page open on it any more
             del self.readings.jobs[gone]
+            self.readings.errors.pop(job_topic(*gone), None)
+        # Nor the frames of pages closed since: a page opened again starts from this tick's
+        # frame, not from what it showed when its last tab closed (a job since cancelled shown
+        # queued), and the frames of every page ever opened do not pile up in memory.
+        for gone_topic in set(self._last_sent) - topics:
+            del self._last_sent[gone_topic]
         for topic in topics:
             payload = json.dumps(self.render(self.readings, topic), separators=(",", ":"))
             if self._last_sent.get(topic) == payload:
