@@ -1,7 +1,8 @@
 """Probes, /metrics and the OpenAPI document.
 
-Covers: /healthz and /readyz, the depth gauges and request counters on /metrics, and that the
-document is OpenAPI 3.1 and lists every route the application serves.
+Covers: /healthz and /readyz, the depth gauges and request counters on /metrics (a method the
+client chooses beyond the usual seven is counted as "other"), and that the document is OpenAPI
+3.1 and lists every route the application serves.
 """
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ async def test_metrics_report_depth_and_requests(client: Any, redis_client: Any)
     assert ('antre_api_requests_total{method="POST",route="/v1/queues/{queue}/jobs",'
             'status="202"} 1.0') in text
     assert 'antre_api_enqueued_total{queue="default",result="created"} 1.0' in text
+
+
+async def test_a_method_the_api_does_not_serve_is_counted_as_other(client: Any) -> None:
+    """The method label comes from the client: one it may choose freely must not add series."""
+    for method in ("PROPFIND", "MKCOL", "LOCK"):
+        assert (await client.request(method, "/v1/queues/default/stats")).status == 405
+    text = await (await client.get("/metrics")).text()
+    assert ('antre_api_requests_total{method="other",route="unmatched",'
+            'status="405"} 3.0') in text
+    assert "PROPFIND" not in text
 
 
 async def test_openapi_document_covers_every_route(client: Any) -> None:

@@ -267,10 +267,16 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             response = _error_response(500, "internal", f"internal error (request id "
                                        f"{request_id}; details are in the server log)")
     route = _route_name(request)
-    state.requests.labels(request.method, route, str(response.status)).inc()
+    method = request.method if request.method in _COUNTED_METHODS else "other"
+    state.requests.labels(method, route, str(response.status)).inc()
     state.request_seconds.labels(route).observe(time.perf_counter() - started)
     return response
 
+
+#: Methods named in antre_api_requests_total; any other (a client chooses it: WebDAV's dozen,
+#: or anything at all under aiohttp's pure-Python parser) counts as "other", so no client can
+#: grow the number of series.
+_COUNTED_METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 _CHALLENGE: Final = {"WWW-Authenticate": 'Bearer realm="antre"'}
 
