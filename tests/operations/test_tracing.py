@@ -3,8 +3,9 @@
 Covers: POST /v1/queues/<q>/jobs opens ``antre.enqueue`` and stores its context in the job;
 a real in-process worker then records ``antre.claim``, ``antre.lock`` (resource key),
 ``antre.handler`` (a consumer span whose parent is the enqueue span) and ``antre.ack``, all in the
-producer's trace; a failing handler's span carries the error status. Without an SDK provider,
-nothing is recorded and no headers are added.
+producer's trace; a failing handler's span carries the error status; a job enqueued outside
+any trace is still one trace per run, rooted at its claim. Without an SDK provider, nothing is
+recorded and no headers are added.
 """
 
 from __future__ import annotations
@@ -97,6 +98,33 @@ async def test_spans_follow_the_job_from_producer_to_worker(
     failed = next(s for s in trace_bad if s.name == "antre.handler")
     assert failed.status.status_code == trace.StatusCode.ERROR
     assert "broken input" in (failed.status.description or "")
+
+
+async def test_a_job_enqueued_outside_any_trace_is_one_trace_from_its_claim(
+        exporter: InMemorySpanExporter, redis_client: Any, redis_url: str) -> None:
+    """A producer with no active span (a script, a cron job) stores no context: the run's
+    claim, lock, handler and ack are still one trace, rooted at the claim, not four traces."""
+    exporter.clear()
+    registry = HandlerRegistry()
+
+    @registry.handler("ok")
+    async def ok(job: Any) -> None:
+        return None
+
+    queue = Queue(redis_client, "tq")
+    job_id = queue.enqueue("ok", {}, resource_key="acct-2").job_id
+    async with running_worker(redis_url, registry):
+        await eventually(lambda: queue.get(job_id).status == "done")
+        await eventually(lambda: any(s.name == "antre.ack" for s in exporter.get_finished_spans()))
+
+    spans = [s for s in exporter.get_finished_spans() if s.attributes.get("antre.job.id") == job_id]
+    assert sorted(s.name for s in spans) == ["antre.ack", "antre.claim", "antre.handler",
+                                             "antre.lock"]
+    claim = next(s for s in spans if s.name == "antre.claim")
+    assert claim.parent is None  # the root
+    assert {s.context.trace_id for s in spans} == {claim.context.trace_id}
+    assert all(s.parent is not None and s.parent.span_id == claim.context.span_id
+               for s in spans if s is not claim)
 
 
 def test_without_an_active_span_nothing_is_injected() -> None:

@@ -71,7 +71,7 @@ class AckBatcher:
             if tracing.recording():
                 tracing.record_span("antre.ack", ack_ns, acked_ns, {
                     "antre.job.id": run.claimed.id, "antre.batch": len(batch)},
-                    parent=tracing.job_context(run.claimed.headers_json),
+                    parent=run.trace_parent,
                     error=None if ok else "lease lost")
             self.on_settled(run)
             if ok:

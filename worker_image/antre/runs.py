@@ -31,6 +31,9 @@ class Run:
     settling: bool = False
     #: An async handler can be cancelled; a thread cannot, so its slot stays busy until it returns.
     cancellable: bool = False
+    #: Trace headers the run's handler and ack spans continue (tracing.record_claim); empty
+    #: when no spans are recorded.
+    trace_parent: dict[str, str] = field(default_factory=dict)
 
     @property
     def lease(self) -> Lease:

@@ -91,11 +91,12 @@ def job_context(headers_json: str) -> dict[str, str]:
 
 def record_span(name: str, start_ns: int, end_ns: int,
                 attributes: Mapping[str, AttributeValue | None] | None = None, *,
-                parent: Mapping[str, str] | None = None, error: str | None = None) -> None:
+                parent: Mapping[str, str] | None = None, error: str | None = None) -> Any:
     """Records an already finished operation (timed by the caller) as a span, for work done
-    for many jobs at once (one claim or ack call) that belongs to each job's own trace."""
+    for many jobs at once (one claim or ack call) that belongs to each job's own trace.
+    Returns the span (None when nothing is recorded)."""
     if not recording():
-        return
+        return None
     tracer = trace.get_tracer(TRACER_NAME)
     ctx = propagate.extract(dict(parent)) if parent else None
     attrs = {k: v for k, v in (attributes or {}).items() if v is not None}
@@ -103,20 +104,28 @@ def record_span(name: str, start_ns: int, end_ns: int,
     if error:
         current.set_status(Status(StatusCode.ERROR, error))
     current.end(end_time=end_ns)
+    return current
 
 
-def record_claim(queue: str, job: ClaimedJob, start_ns: int, end_ns: int) -> None:
-    """The claim of ``job`` and, when it has a resource key, the lock the claim took."""
+def record_claim(queue: str, job: ClaimedJob, start_ns: int, end_ns: int) -> dict[str, str]:
+    """The claim of ``job`` and, when it has a resource key, the lock the claim took. Returns
+    the parent of the run's later spans (handler, ack): the producer's context stored in the
+    job, or, for a job enqueued outside any trace, this claim span's, so that one run is still
+    one trace rather than a trace per span. Empty when nothing is recorded."""
     if not recording():
-        return
+        return {}
     parent = job_context(job.headers_json)
     attrs: dict[str, AttributeValue | None] = {"antre.queue": queue, "antre.job.id": job.id,
                                                "antre.job.type": job.type,
                                                "antre.job.attempt": job.attempt}
-    record_span("antre.claim", start_ns, end_ns, attrs, parent=parent)
+    claim = record_span("antre.claim", start_ns, end_ns, attrs, parent=parent)
+    if not parent:
+        parent = {}
+        propagate.inject(parent, context=trace.set_span_in_context(claim))
     if job.resource_key:
         record_span("antre.lock", start_ns, end_ns, {**attrs, "antre.resource_key":
                                                      job.resource_key}, parent=parent)
+    return parent
 
 
 def set_error(current: Any, message: str) -> None:

@@ -352,7 +352,8 @@ class Worker:
                 runs = [Run(claimed) for claimed in result.jobs]
                 self.held.add(runs, claim_sent_at=claim_sent_at)
                 for run in runs:
-                    tracing.record_claim(self.queue.name, run.claimed, claim_ns, time.time_ns())
+                    run.trace_parent = tracing.record_claim(self.queue.name, run.claimed,
+                                                            claim_ns, time.time_ns())
                 self._waiting.update(dict.fromkeys(runs))
                 self._start_waiting()
                 for run in runs:
@@ -492,7 +493,7 @@ class Worker:
         try:
             with tracing.span("antre.handler", {"antre.queue": self.queue.name, "antre.job.id":
                               claimed.id, "antre.job.type": claimed.type, "antre.job.attempt":
-                              claimed.attempt}, parent=job.headers, kind="consumer"):
+                              claimed.attempt}, parent=run.trace_parent, kind="consumer"):
                 if handler.is_async:
                     run.cancellable = True
                     outcome = guarded(handler.fn(job))
