@@ -9,11 +9,13 @@ every object carries the chart's labels and the release namespace where it is na
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
+import yaml
 
-from .helm_runner import NAMESPACE, Rendering
+from .helm_runner import CHART_DIR, NAMESPACE, Rendering, run_helm, values_args
 
 # The oldest Kubernetes the chart supports is 1.27 (Chart.yaml kubeVersion); validating against a
 # recent release catches removed APIs, and the objects used here are stable since 1.25.
@@ -85,3 +87,29 @@ def test_services_select_existing_pods(rendering: Rendering) -> None:
         selector = svc["spec"]["selector"]
         assert any(selector.items() <= labels.items() for labels in pod_label_sets), (
             f"Service/{svc['metadata']['name']} selects no pod")
+
+
+# Helm's longest release name (53 characters), with "antre" in it so that it is the full name.
+LONGEST_RELEASE = "payments-production-eu-west-1-antre-queue-operator-ab"
+
+
+@pytest.mark.parametrize("names", [
+    pytest.param(["--set", "fullnameOverride=" + "a" * 63], id="longest-full-name"),
+    pytest.param([], id="longest-release-name"),
+])
+def test_names_fit_with_the_longest_release_name(helm: str, tmp_path: Path,
+                                                 names: list[str]) -> None:
+    """Service names are DNS labels (at most 63 characters; the API server refuses longer
+    ones), and two Services of the release never get the same name once cut."""
+    values = {"redis": {"enabled": True},
+              "exampleJobQueue": {"enabled": True, "spec": {"api": {"enabled": True}}},
+              "networkPolicy": {"enabled": True},
+              "operator": {"podDisruptionBudget": {"enabled": True}}}
+    result = run_helm(helm, "template", LONGEST_RELEASE, str(CHART_DIR), "--namespace",
+                      NAMESPACE, *values_args(values, tmp_path), *names)
+    assert result.returncode == 0, result.stderr
+    services = [d["metadata"]["name"] for d in yaml.safe_load_all(result.stdout)
+                if d and d["kind"] == "Service"]
+    assert len(services) == 2, services
+    assert all(len(name) <= 63 for name in services), services
+    assert len(set(services)) == len(services), services

@@ -198,3 +198,23 @@ def test_install_for_watched_namespaces(cluster: Cluster, crds: None, tmp_path: 
     finally:
         cluster.helm("uninstall", release, "--namespace", namespace, "--wait")
         cluster.delete_namespace(unwatched)
+
+
+def test_install_with_the_longest_release_name(cluster: Cluster, crds: None,
+                                                tmp_path: Path) -> None:
+    """Helm allows release names of 53 characters; every name the chart derives from one (the
+    full name plus "-operator-metrics", "-redis-headless", ...) must still be one the API
+    server accepts."""
+    release = "payments-production-eu-west-1-antre-queue-operator-ab"
+    assert len(release) == 53
+    namespace = "antre-long-system"
+    values = {"redis": {"enabled": True}, "exampleJobQueue": {"enabled": True}}
+    try:
+        install = helm_install(cluster, release, namespace, workdir=tmp_path, values=values)
+        objects = release_objects(cluster, release, namespace)
+        assert all(existing(cluster, [o for o in objects if o["kind"] in (
+            "Deployment", "Service", "ServiceAccount")], namespace))
+        assert install.service_account == release
+    finally:
+        cluster.helm("uninstall", release, "--namespace", namespace, "--wait", check=False)
+        cluster.delete_namespace(namespace)
