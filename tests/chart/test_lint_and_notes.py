@@ -46,6 +46,7 @@ def test_notes_without_redis(helm: str, tmp_path: Path) -> None:
     assert "kubectl --namespace <your-namespace> apply -f examples/jobqueue.yaml" in text
     assert "READY and REASON columns say whether its workers run" in text
     assert "kubectl describe jobqueue NAME" in text
+    assert "delete jobqueue" not in text  # no example to delete
 
 
 def test_notes_with_redis_and_peering(helm: str, tmp_path: Path) -> None:
@@ -70,6 +71,8 @@ def test_notes_show_how_to_run_a_job_on_the_example(helm: str, tmp_path: Path) -
                "send_email '{\"to\": \"ana@example.com\"}'")
     assert enqueue in text
     assert "exec deploy/example-worker -- antre job <the id printed above>" in text
+    # Before helm uninstall: the example carries the operator's finalizer (docs/helm.md).
+    assert f"kubectl --namespace {NAMESPACE} delete jobqueue example --wait" in text
     own = {"redis": {"enabled": True}, "exampleJobQueue": {
         "enabled": True, "spec": {"worker": {"handlers": "myapp.jobs", "image": "mine:1"}}}}
     assert "antre enqueue" not in notes(helm, tmp_path, own)  # not for handlers we do not know

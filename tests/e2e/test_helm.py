@@ -26,10 +26,12 @@ from typing import Any
 import pytest
 import yaml
 from chart.helm_runner import VARIANTS
-from redis_servers import wait_until
+from redis_servers import RedisServer, wait_until
 
 from .cluster import Cluster
 from .installs import helm_install, read_install, release_objects, values_file
+from .operator_process import OperatorProcess
+from .serving import SETTLE_S
 
 
 def plural_of(kind: str) -> str:
@@ -218,3 +220,45 @@ def test_install_with_the_longest_release_name(cluster: Cluster, crds: None,
     finally:
         cluster.helm("uninstall", release, "--namespace", namespace, "--wait", check=False)
         cluster.delete_namespace(namespace)
+
+
+
+def test_uninstall_as_documented_leaves_nothing_behind(cluster: Cluster, crds: None,
+                                                       tmp_path: Path) -> None:
+    """docs/helm.md and NOTES: delete the example JobQueue, then ``helm uninstall``. The example
+    carries the operator's finalizer, which only the operator removes with the release's RBAC,
+    so it must go first (uninstalling first left it Terminating for good: the operator's
+    patches were refused once helm had taken its RBAC). Done in that order, nothing is left:
+    the JobQueue, its workers, the release's objects."""
+    release, namespace = "antre-bye", "antre-bye-system"
+    server = RedisServer("--maxmemory-policy", "noeviction").start()
+    values = {"operator": {"replicaCount": 0},  # the operator runs here as a local process
+              "exampleJobQueue": {"enabled": True, "spec": {"redis": {"url": server.url}}}}
+    operator: OperatorProcess | None = None
+    try:
+        install = helm_install(cluster, release, namespace, workdir=tmp_path, values=values)
+        operator = OperatorProcess(
+            cluster.service_account_kubeconfig(install.namespace, install.service_account),
+            tmp_path / "operator.log", install.operator_args(), extra_env=install.operator_env())
+        operator.start()
+        cluster.wait_for("jobqueue", "example", namespace, timeout_s=SETTLE_S,
+                         what="the operator's finalizer on the example",
+                         until=lambda jq: "antre.dev/operator" in jq["metadata"].get(
+                             "finalizers", []))
+        cluster.wait_for("deployment", "example-worker", namespace, timeout_s=SETTLE_S,
+                         what="the example's workers", until=lambda deployment: True)
+        cluster.kubectl("delete", "jobqueue", "example", "-n", namespace, "--wait")
+        cluster.wait_gone("jobqueue", "example", namespace, timeout_s=SETTLE_S)
+        cluster.helm("uninstall", release, "--namespace", namespace, "--wait")
+        cluster.wait_gone("deployment", "example-worker", namespace, timeout_s=SETTLE_S)
+        assert cluster.kubectl("get", "jobqueues", "-n", namespace, "-o", "name").stdout == ""
+        assert cluster.helm("list", "-n", namespace, "-q").stdout.strip() == ""
+    finally:
+        if operator is not None:
+            operator.stop(timeout_s=15)
+        if cluster.get("jobqueue", "example", namespace) is not None:
+            cluster.kubectl("patch", "jobqueue", "example", "-n", namespace, "--type=merge",
+                            "-p", '{"metadata":{"finalizers":null}}', check=False)
+        cluster.helm("uninstall", release, "--namespace", namespace, check=False)
+        cluster.delete_namespace(namespace)
+        server.stop()
