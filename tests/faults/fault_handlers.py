@@ -15,6 +15,8 @@ Payload fields understood by ``record``:
 - ``sleep_s``: seconds to sleep before the effect (the window a test kills or freezes a worker in);
 - ``sleep_in``: worker names (``FAULT_WORKER_NAME``) that sleep; others run straight through.
   Missing means every worker sleeps.
+
+``FAULT_HAND_BACK_MIN_S`` in the environment replaces ``antre.prefetch.HAND_BACK_MIN_S``.
 """
 
 from __future__ import annotations
@@ -26,11 +28,16 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import antre
+import antre.prefetch
 import redis
 
 T = TypeVar("T")
 
 WORKER_NAME = os.environ.get("FAULT_WORKER_NAME", "?")
+if os.environ.get("FAULT_HAND_BACK_MIN_S"):
+    # A test about prefetched jobs themselves keeps them prefetched behind its long jobs: a
+    # worker hands such jobs back on its own a few round trips later.
+    antre.prefetch.HAND_BACK_MIN_S = float(os.environ["FAULT_HAND_BACK_MIN_S"])
 _client: redis.Redis | None = None
 
 

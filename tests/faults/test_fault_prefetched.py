@@ -26,7 +26,9 @@ def _hold_and_prefetch(queue: Queue, fault_client: redis.Redis, spawn_worker: Sp
     prefetches only while its jobs finish within a few claim round trips, so short jobs come
     first, in the same batch: the long ones and the one behind them are claimed while the
     worker still measures the short ones' pace."""
-    a = spawn_worker("a", concurrency=2, **worker_args)
+    # Held until the signal, not handed back as work that turned long (antre.prefetch).
+    a = spawn_worker("a", concurrency=2, extra_env={"FAULT_HAND_BACK_MIN_S": "3600"},
+                     **worker_args)
     a.worker_id()
     results = queue.enqueue_many(
         [{"type": "record", "payload": {}} for _ in range(40)]

@@ -1,12 +1,13 @@
 """How many jobs a worker holds unstarted (antre.prefetch): what finishes during two claim round
 trips, at most the setting; none for jobs much longer than a round trip, none until measured,
 none with prefetch 0; a jittery round trip counts as a slow one; a deep buffer is topped up in
-batches, a free slot with nothing to start claims at once."""
+batches, a free slot with nothing to start claims at once; jobs held beyond the buffer are handed
+back once the oldest has waited a few slow round trips."""
 
 from __future__ import annotations
 
 import pytest
-from antre.prefetch import PrefetchSizer, jobs_to_claim
+from antre.prefetch import HAND_BACK_MIN_S, PrefetchSizer, jobs_to_claim, jobs_to_hand_back
 
 
 def sized(limit: int, *, rtt_s: float, gap_s: float, completions: int = 40) -> int:
@@ -91,3 +92,24 @@ def test_a_jittery_round_trip_counts_as_a_slow_one() -> None:
 def test_a_deep_buffer_is_topped_up_in_batches(busy: int, waiting: int, buffer: int,
                                                expected: int) -> None:
     assert jobs_to_claim(concurrency=16, busy=busy, waiting=waiting, buffer=buffer) == expected
+
+
+def test_jobs_held_beyond_the_buffer_are_handed_back() -> None:
+    def back(waiting: int, buffer: int, waited_s: float) -> int:
+        return jobs_to_hand_back(waiting=waiting, buffer=buffer, waited_s=waited_s, after_s=0.05)
+
+    assert back(2, 0, 0.2) == 2, "the work turned long: every held job back"
+    assert back(4, 1, 0.2) == 3, "only the jobs beyond the buffer"
+    assert back(2, 0, 0.01) == 0, "not before the oldest has waited the bound"
+    assert back(2, 2, 5.0) == 0, "within the buffer: kept"
+    assert back(0, 0, 5.0) == 0
+
+
+def test_the_hand_back_bound_is_a_few_slow_round_trips() -> None:
+    assert PrefetchSizer(4).hand_back_after_s() == HAND_BACK_MIN_S, "not measured yet"
+    loopback, remote = PrefetchSizer(4), PrefetchSizer(4)
+    for _ in range(40):
+        loopback.claimed(0.0003)
+        remote.claimed(0.030)
+    assert loopback.hand_back_after_s() == HAND_BACK_MIN_S
+    assert remote.hand_back_after_s() == pytest.approx(4 * 0.030, rel=0.05)

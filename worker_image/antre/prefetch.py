@@ -14,7 +14,11 @@ Short jobs on a slow network get a deep buffer; jobs that take much longer than 
 trip get none (one claim per free slot costs them nothing), so a busy worker never sits on a job
 that an idle worker, or a new one the operator just started, could run: a job of ten seconds
 never waits ten more behind another. Nothing is prefetched until the
-rate has been measured.
+rate has been measured. Jobs already held when the work turns long are handed back: once the
+buffer holds more than its size and the oldest has waited four slow round trips (at least
+HAND_BACK_MIN_S), the excess, newest first, goes back to the head of the queue unstarted, its
+attempt refunded. Before, jobs prefetched during a run of short ones waited behind the long
+ones that followed while another worker sat idle.
 """
 
 from __future__ import annotations
@@ -30,6 +34,11 @@ DEVIATIONS = 4
 #: Completions the rate is measured over; fewer than MIN_COMPLETIONS measured: none.
 WINDOW = 32
 MIN_COMPLETIONS = 8
+#: Jobs held beyond the buffer's size are handed back once the oldest held has waited this
+#: many slow round trips, and never sooner than HAND_BACK_MIN_S (a loopback round trip is
+#: a fraction of a millisecond: the worker checks that often while it holds jobs).
+HAND_BACK_ROUND_TRIPS = 4
+HAND_BACK_MIN_S = 0.05
 
 
 class PrefetchSizer:
@@ -64,6 +73,14 @@ class PrefetchSizer:
         slow_rtt_s = self._rtt_s + DEVIATIONS * self._deviation_s
         return min(self.limit, math.floor(2 * slow_rtt_s / gap_s + 0.5))
 
+    def hand_back_after_s(self) -> float:
+        """How long the oldest job held must have waited before jobs beyond the buffer's size
+        are handed back: HAND_BACK_ROUND_TRIPS slow round trips, at least HAND_BACK_MIN_S."""
+        if self._rtt_s is None:
+            return HAND_BACK_MIN_S
+        slow_rtt_s = self._rtt_s + DEVIATIONS * self._deviation_s
+        return max(HAND_BACK_ROUND_TRIPS * slow_rtt_s, HAND_BACK_MIN_S)
+
 
 def jobs_to_claim(*, concurrency: int, busy: int, waiting: int, buffer: int) -> int:
     """Jobs to claim now: the free slots, plus room in a prefetch buffer of ``buffer`` jobs,
@@ -74,3 +91,13 @@ def jobs_to_claim(*, concurrency: int, busy: int, waiting: int, buffer: int) -> 
     if busy + waiting >= concurrency and waiting > buffer // 2:
         return 0
     return concurrency + buffer - busy - waiting
+
+
+def jobs_to_hand_back(*, waiting: int, buffer: int, waited_s: float, after_s: float) -> int:
+    """Prefetched jobs to give back to the queue now: of ``waiting`` jobs held unstarted (the
+    oldest for ``waited_s``), those beyond a buffer of ``buffer`` jobs, once the oldest has
+    waited ``after_s``. A buffer that shrank for a moment (jobs finishing in bursts) is left
+    alone; one the work outgrew is not held behind jobs that will not end soon."""
+    if waiting <= buffer or waited_s < after_s:
+        return 0
+    return waiting - buffer

@@ -91,8 +91,9 @@ class WorkerSettings:
         help="most jobs leased ahead of free slots, each started the moment a slot frees "
              "(leased and renewed like running jobs; a stop gives them back unstarted); the "
              "worker holds what finishes during two claim round trips (none for jobs much "
-             "longer than a round trip), at most this; none: the concurrency; 0: claim only "
-             "for free slots")
+             "longer than a round trip: jobs held when the work turns long go back to the head "
+             "of the queue unstarted, attempt refunded, within a few round trips, at least 50 "
+             "ms), at most this; none: the concurrency; 0: claim only for free slots")
     visibility_timeout_s: float = setting(
         30.0, env="ANTRE_VISIBILITY_TIMEOUT", flag="--visibility-timeout", minimum=1,
         maximum=limits.MAX_WAIT_S,

@@ -70,17 +70,18 @@ class Settler:
             self.held.forget(run)
 
     async def release(self, runs: Sequence[Run], *, still_going: Collection[Run],
-                      unstarted: bool = False) -> None:
+                      unstarted: bool = False, reason: str = "worker shutting down") -> None:
         """Shutdown: gives unfinished runs back to the queue. Runs ``still_going`` (threads that
         cannot be stopped) keep their resource lock until they return. ``unstarted`` runs
-        (prefetched) get their attempt back however often their job was released before."""
+        (prefetched, also handed back while running when the buffer outgrew the work) get
+        their attempt back however often their job was released before."""
         released: list[ReleaseOutcome] = []
         deadline = time.monotonic() + RELEASE_BUDGET_S  # for every call of the release together
         for chunk in scripts.chunked(runs):
             try:
                 chunk_released = await self.outages.settle(release_op(
                     self.queue, [run.lease for run in chunk], worker_id=self.worker_id,
-                    reason="worker shutting down",
+                    reason=reason,
                     keep_locks={run.claimed.id for run in still_going},
                     unstarted={run.claimed.id for run in chunk} if unstarted else ()),
                     budget_s=max(deadline - time.monotonic(), 0.1))

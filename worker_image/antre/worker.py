@@ -31,7 +31,7 @@ from antre.held_runs import HeldRuns
 from antre.jobs import ClaimedJob, Job
 from antre.outages import Outages
 from antre.outcomes import Outcomes
-from antre.prefetch import PrefetchSizer, jobs_to_claim
+from antre.prefetch import PrefetchSizer, jobs_to_claim, jobs_to_hand_back
 from antre.protocol import scripts
 from antre.protocol.checkpoint import checkpoint_op
 from antre.protocol.claim import ClaimResult, claim_op
@@ -102,6 +102,8 @@ class Worker:
         self._waiting: collections.OrderedDict[Run, Job | None] = collections.OrderedDict()
         self.prefetch = PrefetchSizer(settings.prefetch_jobs)
         self._slot_freed = asyncio.Event()
+        #: Wakes the claim loop to check the prefetch buffer while every slot is busy.
+        self._recheck: asyncio.TimerHandle | None = None
         self._stopping = asyncio.Event()
         self._idle_wait: asyncio.Task[Any] | None = None
         self._idle = idle_wait.IdleWait(redis)
@@ -192,6 +194,8 @@ class Worker:
             await claimer
             await self._drain()
         finally:
+            if self._recheck is not None:
+                self._recheck.cancel()
             claimer.cancel()
             for task in background:
                 task.cancel()
@@ -257,11 +261,49 @@ class Worker:
 
     # -- claiming --------------------------------------------------------------------------
 
-    def _wanted(self) -> int:
+    def _wanted(self, buffer: int) -> int:
         """Jobs to claim now (see jobs_to_claim)."""
         return jobs_to_claim(
             concurrency=self.settings.concurrency, busy=self._running + self.threads.overdue,
-            waiting=len(self._waiting), buffer=self.prefetch.size(time.monotonic()))
+            waiting=len(self._waiting), buffer=buffer)
+
+    def _take_excess(self, buffer: int) -> list[Run]:
+        """Takes out of the buffer, to be handed back unstarted, the prefetched runs held beyond
+        a buffer of ``buffer`` (see jobs_to_hand_back), newest first: the work turned long, and
+        an idle worker can start them now. A run a returning thread already started is left to
+        it; the runs taken are marked released, so nothing starts them."""
+        oldest = next(iter(self._waiting))
+        excess = jobs_to_hand_back(
+            waiting=len(self._waiting), buffer=buffer, waited_s=time.monotonic() - oldest.started,
+            after_s=self.prefetch.hand_back_after_s())
+        runs: list[Run] = []
+        if excess <= 0 or self._stopping.is_set():
+            return runs
+        for _ in range(min(excess, len(self._waiting))):
+            run, job = self._waiting.popitem(last=True)
+            if job is not None and not self.threads.disarm(run):
+                continue  # a returning thread started it: _on_thread_started has it
+            if not run.lost and not run.released:  # a lost one is dropped, as at a start
+                run.released = True  # out of _waiting and disarmed: nothing starts it now
+                runs.append(run)
+        return runs
+
+    async def _hand_back(self, runs: list[Run]) -> None:
+        log.debug("prefetched jobs handed back unstarted: the work outgrew the buffer",
+                 extra={"worker_id": self.worker_id, "jobs": len(runs)})
+        await self.settler.release(runs, still_going=(), unstarted=True,
+                                   reason="prefetched, handed back unstarted")
+
+    def _recheck_later(self) -> None:
+        """Wakes the claim loop once the held jobs may be due to be handed back (one timer at
+        a time, only while jobs are held and no slot is free)."""
+        if self._recheck is None and self._loop is not None:
+            self._recheck = self._loop.call_later(self.prefetch.hand_back_after_s(),
+                                                  self._recheck_due)
+
+    def _recheck_due(self) -> None:
+        self._recheck = None
+        self._slot_freed.set()
 
     async def _claim_loop(self) -> None:
         outages = 0
@@ -272,9 +314,15 @@ class Worker:
         resend: Op[ClaimResult] | None = None
         asked = 0  # how many jobs the claim in flight asked for
         while not self._stopping.is_set():
-            wanted = self._wanted()
+            buffer = self.prefetch.size(time.monotonic())
+            excess = self._take_excess(buffer) if self._waiting and resend is None else None
+            if excess:
+                await self._hand_back(excess)
+            wanted = self._wanted(buffer)
             if wanted <= 0 and resend is None:
                 self._slot_freed.clear()
+                if self._waiting:
+                    self._recheck_later()
                 await self._slot_freed.wait()
                 continue
             if resend is None:
