@@ -22,6 +22,7 @@ from typing import Any
 
 import antre
 from antre.jobs import HistoryEvent, JobInfo
+from antre.settling import HAND_BACK_REASON
 from redis_servers import wait_until
 
 from .audit import Request
@@ -242,8 +243,16 @@ class Autoscaled:
 
 
 def events(job: JobInfo, *names: str) -> list[HistoryEvent]:
-    """The job's history events with these names (all when none given), oldest first."""
-    return [e for e in job.history if not names or e.event in names]
+    """The job's history events with these names (all when none given), oldest first. A
+    prefetched job a worker handed back unstarted (its claim and that release) is left out:
+    it never ran there, so it is neither a run nor an interruption."""
+    history = list(job.history)
+    handed_back = {i for i, e in enumerate(history)
+                   if e.event == "released" and e.error == HAND_BACK_REASON}
+    claims_undone = {max(j for j in range(i) if history[j].event == "claimed")
+                     for i in handed_back}
+    return [e for i, e in enumerate(history) if i not in handed_back | claims_undone
+            and (not names or e.event in names)]
 
 
 def done_at(job: JobInfo) -> float:

@@ -9,7 +9,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import Any, Final
 
 from antre.backoff import Backoff
 from antre.errors import LeaseLost, RedisUnavailable
@@ -27,6 +27,9 @@ from antre.runs import Run
 from antre.settings import QueueSettings, WorkerSettings
 
 log = logging.getLogger("antre.worker")
+#: The history's reason for prefetched jobs a worker handed back unstarted (the work outgrew
+#: its buffer): a release, but not of a run that was going.
+HAND_BACK_REASON: Final = "prefetched, handed back unstarted"
 
 #: Seconds a shutdown's release keeps retrying through an outage, all its calls together.
 RELEASE_BUDGET_S = 5.0
