@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .helm_runner import CHART_DIR, render_error
+from .helm_runner import CHART_DIR, render, render_error
 
 VALUES_PATH = CHART_DIR / "values.yaml"
 SCHEMA = json.loads((CHART_DIR / "values.schema.json").read_text())
@@ -44,6 +44,26 @@ def test_bad_values_are_rejected(helm: str, tmp_path: Path, setting: str, messag
     error = render_error(helm, tmp_path, {}, setting)
     assert "values don't meet the specifications of the schema" in error or "antre:" in error
     assert message in error, error
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    pytest.param({"operator": {"health": {"port": 8000}}},
+                 "operator.health.port and operator.metrics.port are both 8000", id="one-port"),
+    pytest.param({"redis": {"enabled": True, "architecture": "replication",
+                            "sentinel": {"port": 6379}}},
+                 "redis.sentinel.port is 6379, the port Redis itself listens on", id="sentinel"),
+])
+def test_two_servers_on_one_port_are_refused(helm: str, tmp_path: Path, values: dict[str, Any],
+                                             message: str) -> None:
+    """Values the schema accepts one by one, but not together: two servers of one pod on one
+    port would leave one of them failing to bind, a crash loop with no word of why."""
+    assert message in render_error(helm, tmp_path, values)
+
+
+def test_one_port_is_fine_when_metrics_are_off(helm: str, tmp_path: Path) -> None:
+    rendering = render(helm, {"operator": {"health": {"port": 8000},
+                                           "metrics": {"enabled": False}}}, tmp_path)
+    assert rendering.of_kind("Deployment")
 
 
 def leaves(values: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
