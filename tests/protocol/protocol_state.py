@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from typing import Any
 
 from antre import jobs
 from antre.protocol import scripts
-from antre.settings import QueueSettings
+from antre.protocol.claim import claim_op
+from antre.settings import QueueSettings, WorkerSettings
 from invariants import job_ids_of, read_records
 
 _DEAD_ORDER = itertools.count()
@@ -26,6 +28,25 @@ TIME_FIELDS = {"created_at", "updated_at", "queued_at", "died_at", "finished_at"
 def server_ms(r: Any) -> int:
     seconds, micros = r.time()
     return int(seconds) * 1000 + int(micros) // 1000
+
+
+def last_attempt_with_a_waiter(r: Any, qs: QueueSettings, ws: WorkerSettings, *, holder: str,
+                               waiter: str, holder_worker: str, waiter_worker: str) -> Any:
+    """Job ``holder``, on its last attempt, claimed with resource ``acct``; job ``waiter``
+    claimed after it and deferred for the busy resource. Returns the holder's claimed job."""
+    seed_job(r, qs, holder, max_attempts=1, resource_key="acct")
+    [held] = scripts.run(r, claim_op(qs, ws, worker_id=holder_worker, max_jobs=1)).jobs
+    seed_job(r, qs, waiter, resource_key="acct")
+    assert scripts.run(r, claim_op(qs, ws, worker_id=waiter_worker, max_jobs=1)).jobs == []
+    return held
+
+
+def outlive_lease(r: Any, qs: QueueSettings, job_id: str) -> None:
+    """Returns once the Redis clock is past ``job_id``'s lease deadline (the lease, and the
+    resource lock the claim gave the same length, run out for real)."""
+    deadline = r.zscore(qs.keys.processing, job_id)
+    while server_ms(r) <= deadline:
+        time.sleep(0.02)
 
 
 def seed_job(r: Any, qs: QueueSettings, job_id: str, *, status: str = "queued", attempt: int = 0,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from antre import errors
 from antre.client import Queue
@@ -13,7 +11,7 @@ from antre.protocol.claim import claim_op
 from antre.protocol.fail import fail_op
 from antre.settings import QueueSettings, WorkerSettings
 from invariants import assert_invariants, read_record
-from protocol_state import dump, run_fresh, seed_job, server_ms
+from protocol_state import dump, last_attempt_with_a_waiter, outlive_lease, run_fresh, seed_job, server_ms
 
 
 def ack(r, qs, leases, *, fresh=False):
@@ -209,13 +207,9 @@ def test_a_late_ack_of_a_last_attempt_wakes_the_waiter_though_its_lock_expired(r
     lease (the claim gives both one length), so there is nothing left to free; the resource is
     free all the same, and the waiter used to sit until its re-check (lock_defer_s, here 30 s)."""
     ws = WorkerSettings(visibility_timeout_s=1, lock_defer_s=30, lock_max_deferrals=3)
-    seed_job(redis_client, qs, "a", max_attempts=1, resource_key="acct")
-    [a] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
-    seed_job(redis_client, qs, "b", resource_key="acct")
-    assert scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs == []
-    deadline = redis_client.zscore(qs.keys.processing, "a")
-    while server_ms(redis_client) <= deadline:  # the run outlives its lease (an outage, say)
-        time.sleep(0.02)
+    a = last_attempt_with_a_waiter(redis_client, qs, ws, holder="a", waiter="b",
+                                   holder_worker="w1", waiter_worker="w1")
+    outlive_lease(redis_client, qs, "a")  # the run outlives its lease (an outage, say)
     assert redis_client.get(qs.keys.resource_lock("acct")) is None
 
     assert scripts.run(redis_client, ack_op(qs, [(a.id, a.lease)], worker_id="w1")).held == [True]

@@ -3,8 +3,6 @@ jobs, drop stale registry entries, batch limits, and the pass lock."""
 
 from __future__ import annotations
 
-import time
-
 from antre.client import Queue
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
@@ -12,7 +10,7 @@ from antre.protocol.reap import reap_op
 from antre.reaper import run_once
 from antre.settings import QueueSettings, WorkerSettings
 from invariants import assert_invariants
-from protocol_state import dump, run_fresh, seed_job, server_ms
+from protocol_state import dump, last_attempt_with_a_waiter, outlive_lease, run_fresh, seed_job, server_ms
 
 
 def reap(r, qs, *, limit=100, pass_lock_ms=0, holder="t", fresh=False):
@@ -177,13 +175,9 @@ def test_a_job_dead_at_its_real_lease_expiry_wakes_the_waiter_though_its_lock_ex
     free, yet the resource is free and the waiter must still be woken (it used to wait for its
     re-check, lock_defer_s, here 30 s)."""
     ws = WorkerSettings(visibility_timeout_s=1, lock_defer_s=30, lock_max_deferrals=3)
-    seed_job(redis_client, qs, "lost", max_attempts=1, resource_key="acct")
-    [lost] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w9", max_jobs=1)).jobs
-    seed_job(redis_client, qs, "waiter", resource_key="acct")
-    assert scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs == []
-    deadline = redis_client.zscore(qs.keys.processing, "lost")
-    while server_ms(redis_client) <= deadline:  # the worker died: its lease runs out for real
-        time.sleep(0.02)
+    lost = last_attempt_with_a_waiter(redis_client, qs, ws, holder="lost", waiter="waiter",
+                                      holder_worker="w9", waiter_worker="w1")
+    outlive_lease(redis_client, qs, "lost")  # the worker died: its lease runs out for real
     assert redis_client.get(qs.keys.resource_lock("acct")) is None  # expired with the lease
 
     result = reap(redis_client, qs)

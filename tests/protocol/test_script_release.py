@@ -10,7 +10,7 @@ from antre.protocol.release import FREE_RELEASES, release_op
 from antre.protocol.replay import replay_op
 from antre.settings import WorkerSettings
 from invariants import assert_invariants, read_record
-from protocol_state import dump, run_fresh, seed_job, server_ms
+from protocol_state import dump, last_attempt_with_a_waiter, run_fresh, seed_job, server_ms
 
 
 def release(r, qs, leases, *, fresh=False):
@@ -97,14 +97,12 @@ def test_release_of_a_run_that_cannot_be_stopped_keeps_its_lock(redis_client, qs
 
 
 
-def last_attempt_with_a_waiter(r, qs):
+def frozen_last_attempt_with_a_waiter(r, qs):
     """Job `last` (its last attempt) holds resource `acct`, frozen past its lease; `waiter` is
     deferred behind it for 30 s. Returns the settings and `last`'s run."""
     ws = WorkerSettings(lock_defer_s=30, lock_max_deferrals=3)
-    seed_job(r, qs, "last", max_attempts=1, resource_key="acct")
-    [last] = scripts.run(r, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
-    seed_job(r, qs, "waiter", resource_key="acct")
-    assert scripts.run(r, claim_op(qs, ws, worker_id="w2", max_jobs=1)).jobs == []
+    last = last_attempt_with_a_waiter(r, qs, ws, holder="last", waiter="waiter",
+                                      holder_worker="w1", waiter_worker="w2")
     # Released after its deadline: the attempt counts, and it was the last.
     r.zadd(qs.keys.processing, {"last": server_ms(r) - 10})
     return ws, last
@@ -114,7 +112,7 @@ def test_a_release_that_dead_letters_a_job_wakes_the_job_waiting_for_its_resourc
                                                                                  qs):
     """A job released with no attempt left never takes its resource again: the job that has
     waited longest for it runs now, not at its next re-check."""
-    ws, last = last_attempt_with_a_waiter(redis_client, qs)
+    ws, last = frozen_last_attempt_with_a_waiter(redis_client, qs)
     assert release(redis_client, qs, [("last", last.lease)], fresh=True) == ["dead"]
     assert redis_client.lrange(qs.keys.ready, 0, -1) == ["waiter"]
     [waiter] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w2", max_jobs=1)).jobs
@@ -124,7 +122,7 @@ def test_a_release_that_dead_letters_a_job_wakes_the_job_waiting_for_its_resourc
 
 def test_a_release_that_dead_letters_a_job_wakes_nobody_when_its_lock_is_kept(redis_client, qs):
     """A thread still running keeps the lock: its unlock wakes the waiter when it returns."""
-    _, last = last_attempt_with_a_waiter(redis_client, qs)
+    _, last = frozen_last_attempt_with_a_waiter(redis_client, qs)
     op = release_op(qs, [("last", last.lease)], worker_id="w1", reason="shutdown",
                     keep_locks={"last"})
     assert scripts.run(redis_client, op) == ["dead"]
