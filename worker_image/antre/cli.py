@@ -104,13 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except errors.JobNotFound as exc:
         print(prefix, exc, file=sys.stderr)
         return EXIT_NOT_FOUND
-    except (errors.RedisRefused, errors.NotReplicated) as exc:
-        # Redis answered: refused the write (full, a replica), or wrote it without enough
-        # replicas confirming it in time (durable_replicas). Neither is "unreachable".
-        print(prefix, exc, file=sys.stderr)
-        return EXIT_UNAVAILABLE
     except (errors.RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
-        print(prefix, connection.describe_unreachable(getattr(args, "redis_url", None) or "", exc),
+        print(prefix, connection.describe_failure(getattr(args, "redis_url", None) or "", exc),
               file=sys.stderr)
         return EXIT_UNAVAILABLE
     except redis.exceptions.RedisClusterException as exc:

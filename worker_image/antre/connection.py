@@ -155,6 +155,15 @@ def connect_async(url: str, **overrides: Any) -> Any:
         raise errors.InvalidArgument(f"redis url {redact(url)!r}: {exc}") from None
 
 
+def describe_failure(url: str, exc: BaseException) -> str:
+    """One line for a Redis call that failed: what Redis answered when it did (a refusal, a
+    durable write too few replicas confirmed: "unreachable" would be wrong, and for the latter
+    misleading, as the write is done on the primary), else :func:`describe_unreachable`."""
+    if isinstance(exc, errors.RedisRefused | errors.NotReplicated):
+        return str(exc)
+    return describe_unreachable(url, exc)
+
+
 def describe_unreachable(url: str, exc: BaseException) -> str:
     """One line for a failed connection, with a hint when the cause is likely a TLS mismatch
     (a TLS client stalls on a plain-text port; a plain client is cut off by a TLS port)."""

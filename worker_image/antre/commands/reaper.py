@@ -41,10 +41,8 @@ def run(args: argparse.Namespace) -> int:
             totals = reaper.run_once(queue.redis, queue.settings)
         except (errors.RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
             if not failing:
-                reason = (str(exc) if isinstance(exc, errors.RedisRefused | errors.NotReplicated)
-                          else connection.describe_unreachable(args.redis_url or "", exc))
-                print(f"antre reaper: {reason}; trying again every {args.interval:g} s",
-                      file=sys.stderr, flush=True)
+                print(f"antre reaper: {connection.describe_failure(args.redis_url or '', exc)}"
+                      f"; trying again every {args.interval:g} s", file=sys.stderr, flush=True)
             failing = True
         else:
             if failing:
