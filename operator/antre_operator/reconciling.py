@@ -404,13 +404,15 @@ class Reconciler:
         try:
             self.eviction_warning = await self.reader.eviction_warning()
         except backlog.RedisRefused as exc:
-            # INFO renamed or disabled (managed Redis) or denied by an ACL (@dangerous): the
-            # depth read succeeded, so the queue is served and scaled; only this check is not.
+            # INFO renamed or disabled (managed Redis), denied by an ACL (@dangerous) or silent
+            # about the policy (a proxy): the depth read succeeded, so the queue is served and
+            # scaled; only this check is not.
             self.eviction_checked_at = now
             self.eviction_warning = None
             self.eviction_unreadable = (
                 "maxmemory-policy cannot be read: INFO was refused (renamed, disabled or denied "
-                "by an ACL); make sure it is noeviction, or Redis may evict jobs")
+                "by an ACL) or did not report it; make sure it is noeviction, or Redis may evict "
+                "jobs")
             logger.info("%s/%s: %s", self.namespace, self.name, exc.detail)
             return
         self.eviction_unreadable = None

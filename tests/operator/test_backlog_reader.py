@@ -96,6 +96,21 @@ async def test_eviction_policy_warning(policy: str) -> None:
     assert warning is not None and repr(policy) in warning, "a known policy is named"
 
 
+async def test_an_info_without_the_policy_is_unreadable_not_safe() -> None:
+    """A proxy or a server that only speaks the protocol may answer INFO without
+    maxmemory_policy. That is no evidence of noeviction: the reader reports it as it reports a
+    refused INFO (RedisConfigured Unknown), never as a safe policy."""
+    info = bulk(b"# Memory\r\nused_memory:1024\r\nmaxmemory:0\r\n")
+    async with flooding_server(10, {b"INFO": info}) as (port, _):
+        reader = backlog.QueueReader(f"redis://127.0.0.1:{port}/0", queue="q", prefix="antre",
+                                     timeout_s=2)
+        try:
+            with pytest.raises(backlog.RedisRefused):
+                await reader.eviction_warning()
+        finally:
+            await reader.close()
+
+
 @pytest.mark.parametrize("url", [
     "redis://:pa/ss@127.0.0.1:{port}/0",
     "redis://127.0.0.1:{port}/0?password=pa/ss",
