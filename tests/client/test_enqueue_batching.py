@@ -193,6 +193,21 @@ async def test_close_waits_for_the_enqueues_of_its_batches(
     assert redis_client.llen(QS.keys.ready) == 10
 
 
+async def test_close_waits_for_an_enqueue_many_to_its_last_call(
+        queue: AsyncQueue, redis_client: redis.Redis) -> None:
+    """close() during an enqueue_many of many script calls: before, the calls left failed on
+    the closed connection ("Redis is unreachable"), with the first calls' jobs written and not
+    reported. Now close() returns once the last call has its answer."""
+    count = MAX_JOBS_PER_CALL * 50
+    many = asyncio.create_task(queue.enqueue_many([("t", {"n": n}) for n in range(count)]))
+    await eventually(lambda: redis_client.llen(QS.keys.ready) > 0, message="the first call")
+    assert not many.done(), "close() must meet the enqueue_many halfway"
+    await queue.close()
+    assert many.done()
+    assert len(many.result()) == count and all(result.created for result in many.result())
+    assert redis_client.llen(QS.keys.ready) == count
+
+
 def _jobs_with_a_conflict_at(position: int, count: int) -> list[Any]:
     jobs: list[Any] = [("t", {"n": n}) for n in range(count)]
     jobs[position - 1] = {"type": "t", "payload": {"n": "another"}, "idempotency_key": "K"}

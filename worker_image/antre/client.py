@@ -6,10 +6,12 @@ run them, so a job enqueued by one is exactly what the other would have written.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from antre import connection, errors, keys, queue_registry, redis_checks, tracing
 from antre.enqueue_batcher import EnqueueBatcher
@@ -318,6 +320,28 @@ class Queue(_QueueBase):
         self.redis.close()
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _awaited_by_close(method: Callable[Concatenate[AsyncQueue, P], Awaitable[R]]
+                      ) -> Callable[Concatenate[AsyncQueue, P], Awaitable[R]]:
+    """A call :meth:`AsyncQueue.close` waits for: one that ends on a closed connection would
+    fail halfway through a method of several script calls, some of its writes made and none
+    reported."""
+    @functools.wraps(method)
+    async def counted(queue: AsyncQueue, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        queue._calls_open += 1
+        queue._calls_ended.clear()
+        try:
+            return await method(queue, *args, **kwargs)
+        finally:
+            queue._calls_open -= 1
+            if not queue._calls_open:
+                queue._calls_ended.set()
+    return counted
+
+
 class AsyncQueue(_QueueBase):
     """A queue seen from an asyncio producer, the operator or the HTTP API.
 
@@ -328,11 +352,16 @@ class AsyncQueue(_QueueBase):
                  settings: QueueSettings | None = None) -> None:
         super().__init__(redis_client, name, prefix=prefix, settings=settings)
         self._batcher = EnqueueBatcher(redis_client, self._enqueue_calls)
+        #: Calls under way (a method of several script calls counts once): see close().
+        self._calls_open = 0
+        self._calls_ended = asyncio.Event()
+        self._calls_ended.set()
 
     @classmethod
     def from_url(cls, url: str, name: str | None = None, **kwargs: Any) -> AsyncQueue:
         return cls(connection.connect_async(url), name, **kwargs)
 
+    @_awaited_by_close
     async def _run(self, op: scripts.Op[Any]) -> Any:
         return await scripts.run_async(self.redis, op)
 
@@ -351,6 +380,7 @@ class AsyncQueue(_QueueBase):
         except errors.NotReplicated as exc:
             raise _unconfirmed_enqueue(exc, [], single=True) from None
 
+    @_awaited_by_close
     async def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[EnqueueResult]:
         results: list[EnqueueResult] = []
         for op in self._enqueue_calls.ops([to_new_job(spec) for spec in jobs]):
@@ -386,6 +416,7 @@ class AsyncQueue(_QueueBase):
         """Live workers, and the ids of registry entries that cannot be read."""
         return await self._run(workers_op(self.settings))  # type: ignore[no-any-return]
 
+    @_awaited_by_close
     async def dead_letters(self, *, limit: int = 100, offset: int = 0) -> list[JobInfo]:
         ids = await self.redis.zrevrange(self.keys.dead, *_page_range(limit, offset))
         return _dead_infos(ids, [record for chunk in _chunks(ids)
@@ -394,6 +425,7 @@ class AsyncQueue(_QueueBase):
     async def dead_count(self) -> int:
         return int(await self.redis.zcard(self.keys.dead))
 
+    @_awaited_by_close
     async def replay(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> list[str]:
         if job_ids:
             return [job_id for chunk in _checked_ids(job_ids, limit)
@@ -406,6 +438,7 @@ class AsyncQueue(_QueueBase):
                 break
         return replayed
 
+    @_awaited_by_close
     async def purge(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> int:
         if job_ids:
             return sum([await self._run(purge_op(self.settings, chunk, limit=len(chunk)))
@@ -429,5 +462,8 @@ class AsyncQueue(_QueueBase):
         return await redis_checks.eviction_policy_warning(self.redis)
 
     async def close(self) -> None:
+        """Closes the client once the calls under way have ended, each ``enqueue_many``,
+        ``replay`` or ``purge`` to its last script call."""
         await self._batcher.wait_idle()
+        await self._calls_ended.wait()
         await self.redis.aclose()
