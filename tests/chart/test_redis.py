@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .helm_runner import FULLNAME, NAMESPACE, Rendering
+import pytest
+
+from .helm_runner import FULLNAME, NAMESPACE, Rendering, render
 
 Render = Callable[[dict[str, Any]], Rendering]
 REDIS = f"{FULLNAME}-redis"
@@ -100,3 +103,32 @@ def test_pinned_redis_7(rendered: Render) -> None:
     repository, tag = image.rsplit(":", 1)
     assert repository.endswith("/redis")
     assert tag.split(".")[0] == "7" and tag.count(".") == 2, "pin a patch release of Redis 7"
+
+
+
+@pytest.mark.parametrize("values", [
+    pytest.param({"fullnameOverride": "f" * 63}, id="fullnameOverride"),
+    pytest.param({"nameOverride": "n" * 63}, id="nameOverride"),
+])
+def test_redis_names_fit_kubernetes_for_any_full_name(helm: str, tmp_path: Path,
+                                                     values: dict[str, Any]) -> None:
+    """The StatefulSet controller labels each pod with the StatefulSet's name, a dash and a
+    revision hash, in a label value of at most 63 characters: a StatefulSet name past 52 gets
+    no pod at all. Cut at 63 as before, a long full name made such a StatefulSet, and cut the
+    headless Service's name down to the client Service's (two Services of one name)."""
+    rendering = render(helm, {"redis": {"enabled": True, "architecture": "replication"},
+                              **values}, tmp_path)
+    (statefulset,) = rendering.of_kind("StatefulSet")
+    name = statefulset["metadata"]["name"]
+    assert len(name) <= 52 and name.endswith("-redis"), name
+    services = [service["metadata"]["name"] for service in rendering.of_kind("Service")]
+    assert len(services) == len(set(services)), services
+    assert statefulset["spec"]["serviceName"] == f"{name}-headless" in services
+
+
+def test_redis_names_of_short_full_names_are_unchanged(rendered: Render) -> None:
+    """Installs made before the 52-character cut keep their names (a StatefulSet's name, and
+    the Secret a JobQueue's urlSecretRef names)."""
+    rendering = rendered({"redis": {"enabled": True}, "fullnameOverride": "f" * 46})
+    assert rendering.one("StatefulSet")["metadata"]["name"] == "f" * 46 + "-redis"
+    assert rendering.one("Secret", "f" * 46 + "-redis") is not None

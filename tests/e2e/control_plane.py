@@ -18,8 +18,8 @@ makes everything else in a temporary directory:
 * kube-controller-manager with the controllers listed in :data:`DEFAULT_CONTROLLERS`, each
   under its own ServiceAccount (``--use-service-account-credentials``), as in a real cluster.
 
-There is no scheduler and no kubelet: pods are created by the ReplicaSet and Job controllers and
-stay Pending unless a test binds and runs them itself.
+There is no scheduler and no kubelet: pods are created by the ReplicaSet, StatefulSet and Job
+controllers and stay Pending unless a test binds and runs them itself.
 
 :meth:`ControlPlane.start` waits for ``/readyz`` and for the controller manager to act (the
 ``default`` ServiceAccount appears); a component that dies or does not get there fails the start
@@ -55,6 +55,7 @@ FETCH_SCRIPT = REPO_ROOT / "scripts" / "fetch_kube.sh"
 DEFAULT_CONTROLLERS: tuple[str, ...] = (
     "deployment-controller",
     "replicaset-controller",
+    "statefulset-controller",
     "garbage-collector-controller",
     "cronjob-controller",
     "job-controller",

@@ -206,7 +206,8 @@ def test_install_with_the_longest_release_name(cluster: Cluster, crds: None,
                                                 tmp_path: Path) -> None:
     """Helm allows release names of 53 characters; every name the chart derives from one (the
     full name plus "-operator-metrics", "-redis-headless", ...) must still be one the API
-    server accepts."""
+    server accepts, and the Redis StatefulSet's must still let its controller create the pod
+    (a name past 52 characters got none)."""
     release = "payments-production-eu-west-1-antre-queue-operator-ab"
     assert len(release) == 53
     namespace = "antre-long-system"
@@ -217,6 +218,10 @@ def test_install_with_the_longest_release_name(cluster: Cluster, crds: None,
         assert all(existing(cluster, [o for o in objects if o["kind"] in (
             "Deployment", "Service", "ServiceAccount")], namespace))
         assert install.service_account == release
+        (statefulset,) = [o for o in objects if o["kind"] == "StatefulSet"]
+        redis = statefulset["metadata"]["name"]
+        cluster.wait_for("pod", f"{redis}-0", namespace, timeout_s=SETTLE_S,
+                         what="the Redis pod the StatefulSet controller creates")
     finally:
         cluster.helm("uninstall", release, "--namespace", namespace, "--wait", check=False)
         cluster.delete_namespace(namespace)

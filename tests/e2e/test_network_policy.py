@@ -4,7 +4,7 @@ No CNI runs here, so nothing enforces a NetworkPolicy: the API server stores it 
 What can be checked is what a CNI would act on: which pods each policy and each of its peers
 select. So the chart is installed with ``networkPolicy.enabled``, the Redis of the replicated
 architecture and ``operator.watchNamespaces``. The ReplicaSet controller makes the operator
-pod; the Redis pod is made from the StatefulSet's template (no StatefulSet controller here).
+pod, the StatefulSet controller the first Redis pod.
 The operator's own rendering of the example JobQueue (as the API server stored it, defaults
 included) is applied in a watched and an unwatched namespace, where the controllers make the
 worker, API and reaper pods (the reaper's through a Job made from its CronJob). Then the API
@@ -51,20 +51,6 @@ def plain_pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
 def wait_for_default_account(cluster: Cluster, namespace: str) -> None:
     """Pods name the ``default`` ServiceAccount, which the controller manager adds."""
     cluster.wait_for("serviceaccount", "default", namespace, timeout_s=SETTLE_S)
-
-
-def make_statefulset_pod(cluster: Cluster, namespace: str, name: str) -> None:
-    """Pod 0 of a StatefulSet, from its template and with the labels the StatefulSet
-    controller adds (that controller does not run on this control plane)."""
-    statefulset = cluster.get("statefulset", name, namespace)
-    assert statefulset is not None
-    template = statefulset["spec"]["template"]
-    labels = {**template["metadata"]["labels"],
-              "statefulset.kubernetes.io/pod-name": f"{name}-0",
-              "apps.kubernetes.io/pod-index": "0"}
-    cluster.apply({"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"name": f"{name}-0", "labels": labels},
-                   "spec": template["spec"]}, namespace=namespace)
 
 
 def run_jobqueue_children(cluster: Cluster, jobqueue: dict[str, Any], namespace: str) -> None:
@@ -130,7 +116,6 @@ def test_policies_select_the_pods_the_chart_and_operator_make(
         assert example is not None
         for namespace in namespaces:
             wait_for_default_account(cluster, namespace)
-        make_statefulset_pod(cluster, home, "np-antre-redis")
         for namespace in (watched, unwatched):
             run_jobqueue_children(cluster, example, namespace)
         for namespace in (home, shop):

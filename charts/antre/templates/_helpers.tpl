@@ -129,7 +129,11 @@ A single replica runs --standalone: nothing to coordinate with, no peering objec
 Redis object names and address.
 */}}
 {{- define "antre.redis.fullname" -}}
-{{- printf "%s-redis" (include "antre.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- /* At most 52 characters, the longest StatefulSet name whose pods Kubernetes can create (it
+  labels each with the name, a dash and a revision hash of up to 10, in a 63-character label
+  value); the full name is cut rather than the suffix, so "-headless" still makes a name of its
+  own. Names of full names up to 46 characters are unchanged. */}}
+{{- printf "%s-redis" (include "antre.fullname" . | trunc 46 | trimSuffix "-") }}
 {{- end }}
 
 {{- define "antre.redis.secretName" -}}
