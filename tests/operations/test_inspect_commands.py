@@ -157,6 +157,20 @@ def test_trend_compares_two_samples(queue: Queue) -> None:
     assert waited == [0.5]
 
 
+def test_a_zero_sample_gap_takes_one_sample(queue: Queue, redis_url: str, capsys: Any) -> None:
+    """``--sample-gap 0`` is one sample, as its help says: no trend, rather than rates over the
+    few milliseconds between two reads back to back."""
+    queue_states.register_worker(queue)
+    queue.enqueue_many([("t", i) for i in range(3)])
+    snapshot = snapshots.read_snapshot(queue, sample_gap_s=0)
+    assert snapshot.before is snapshot.after
+    code, out = run(capsys, redis_url, "inspect")
+    assert code == 0 and "ready 3 (trend: one sample)" in out
+    code, out = run(capsys, redis_url, "inspect", "--json")
+    trend = json.loads(out)["trend"]
+    assert (trend["interval_s"], trend["ready_rate_per_s"], trend["done_per_s"]) == (0, None, None)
+
+
 def test_orphaned_and_ttl_less_locks(queue: Queue, redis_url: str, capsys: Any) -> None:
     queue_states.register_worker(queue)
     job_id = queue.enqueue("t").job_id

@@ -145,12 +145,19 @@ def _dead_reads(settings: QueueSettings, limit: int,
 
 
 def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | None,
-           sample_gap_s: float, known_dead: DeadCache | None = None) -> _Reader:
-    if before is None:
-        before = yield depth_op(settings)
-        if sample_gap_s > 0:
-            yield _Pause(sample_gap_s)
-    after: Depth = yield depth_op(settings)
+           sample_gap_s: float, known_dead: DeadCache | None = None,
+           one_sample: bool = False) -> _Reader:
+    """``one_sample``: with no ``before`` and no gap, one depth read serves as both samples (no
+    trend) rather than two reads back to back, whose few milliseconds make no rate."""
+    after: Depth
+    if before is None and one_sample and sample_gap_s <= 0:
+        before = after = yield depth_op(settings)
+    else:
+        if before is None:
+            before = yield depth_op(settings)
+            if sample_gap_s > 0:
+                yield _Pause(sample_gap_s)
+        after = yield depth_op(settings)
     k, now = settings.keys, after.now_ms
     overdue_cutoff = now - int(thresholds.overdue_after_s * 1000)
     expired, overdue_total, overdue, dead_pairs, running = yield _Pipeline((
@@ -309,11 +316,12 @@ def read_snapshot(queue: Queue, *, sample_gap_s: float = 1.0, thresholds: Thresh
                   before: Depth | None = None, sleep: Callable[[float], None] = time.sleep,
                   known_dead: DeadCache | None = None) -> Snapshot:
     """Reads the queue's state. The trend compares ``before`` (or a first reading taken
-    ``sample_gap_s`` earlier) with the current depth. A caller that reads again and again
-    passes the same ``known_dead`` each time (see :class:`DeadCache`)."""
+    ``sample_gap_s`` earlier; with no gap, one reading and no trend) with the current depth. A
+    caller that reads again and again passes the same ``known_dead`` each time (see
+    :class:`DeadCache`)."""
     return _run(queue.redis, _reads(queue.settings, thresholds=thresholds or Thresholds(),
                                     before=before, sample_gap_s=sample_gap_s,
-                                    known_dead=known_dead), sleep)
+                                    known_dead=known_dead, one_sample=True), sleep)
 
 
 async def read_snapshot_async(queue: AsyncQueue, *, thresholds: Thresholds | None = None,
