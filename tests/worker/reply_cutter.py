@@ -1,11 +1,13 @@
-"""A TCP proxy in front of a redis-server that loses a reply: the command runs in Redis, and
-the connection that sent it is cut before the reply reaches the client (a network fault, or a
-pod's connection reset, at the worst moment).
+"""A TCP proxy in front of a redis-server that loses or delays a reply: the command runs in
+Redis, and the connection that sent it is cut before the reply reaches the client (a network
+fault, or a pod's connection reset, at the worst moment), or gets the reply late (a stalled
+link, a client paused or starved of CPU while it was on its way).
 
 Once armed with :meth:`ReplyCutter.hold_replies_after`, the next connection that sends bytes
 holding the marker (a script's SHA in its EVALSHA) gets no more bytes from Redis; the test waits
 until Redis shows that the command ran, then :meth:`ReplyCutter.cut` closes that connection
-with the held replies unsent. Every other connection is relayed untouched.
+with the held replies unsent, or :meth:`ReplyCutter.deliver` sends them all at once and relays
+that connection untouched from then on. Every other connection is relayed untouched.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ class _Link:
     def __init__(self, client: asyncio.StreamWriter, server: asyncio.StreamWriter) -> None:
         self.client, self.server = client, server
         self.holding = False
+        #: Bytes from Redis not relayed while holding, in order.
+        self.held: list[bytes] = []
 
     def close(self) -> None:
         for writer in (self.client, self.server):
@@ -59,6 +63,16 @@ class ReplyCutter:
         assert self._held is not None, "no connection sent the marker"
         self._held.close()
 
+    def deliver(self) -> None:
+        """Sends the held connection the replies Redis sent it, late, and stops holding."""
+        assert self._held is not None, "no connection sent the marker"
+        link = self._held
+        # Written before relaying resumes (one loop, no await between): the replies keep
+        # their order.
+        link.client.write(b"".join(link.held))
+        link.held.clear()
+        link.holding = False
+
     async def _relay(self, client_reader: asyncio.StreamReader,
                      client_writer: asyncio.StreamWriter) -> None:
         server_reader, server_writer = await asyncio.open_connection("127.0.0.1", self.redis_port)
@@ -79,7 +93,8 @@ class ReplyCutter:
         async def downstream() -> None:
             while data := await server_reader.read(65536):
                 if link.holding:
-                    continue  # held back: cut() drops it with the connection
+                    link.held.append(data)  # cut() drops it, deliver() sends it
+                    continue
                 client_writer.write(data)
                 await client_writer.drain()
 
