@@ -1,6 +1,8 @@
 """The heartbeat loop: every visibility_timeout/3 it extends the leases this worker holds and
 the resource locks it keeps for threads still running, and refreshes its registry entry, in one
-script call (:mod:`antre.protocol.extend_lease`)."""
+script call (:mod:`antre.protocol.extend_lease`). A renewal answered after some of its runs were
+abandoned at their deadline has the leases it kept for them given back
+(:mod:`antre.late_renewals`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from antre.errors import NotReplicated
@@ -17,6 +19,7 @@ from antre.handler_threads import HandlerThreads
 from antre.held_runs import HeldRuns
 from antre.protocol import scripts
 from antre.protocol.extend_lease import ExtendResult, extend_lease_ops, merged
+from antre.runs import Run
 from antre.settings import QueueSettings, WorkerSettings
 
 if TYPE_CHECKING:  # only a worker serving metrics imports prometheus_client
@@ -38,6 +41,7 @@ class Heartbeat:
     def __init__(self, redis: Any, queue: QueueSettings, settings: WorkerSettings, *,
                  worker_id: str, held: HeldRuns, threads: HandlerThreads,
                  registry_entry: Callable[[], dict[str, Any]],
+                 give_back: Callable[[Sequence[Run], float], None],
                  metrics: WorkerMetrics | None = None) -> None:
         self.redis = redis
         self.queue = queue
@@ -46,6 +50,9 @@ class Heartbeat:
         self.held = held
         self.threads = threads
         self.registry_entry = registry_entry
+        #: Gives back the runs abandoned at their deadline whose lease a renewal kept, with
+        #: the monotonic time until which that renewal's lease can be trusted.
+        self.give_back = give_back
         self.metrics = metrics
         # Registry entries are read by the operator to pick idle pods: beat at least every 5 s.
         self.interval_s = min(settings.heartbeat_interval_s, 5.0)
@@ -54,9 +61,27 @@ class Heartbeat:
         self._beat_wanted = asyncio.Event()
 
     async def step(self) -> ExtendResult:
-        leases = self.held.leases()
-        kept = self.threads.kept_locks()
+        runs = self.held.renewing()
         sent_at = time.monotonic()
+        held: list[bool] | None = None  # Redis's answer, per run; None if none came
+        try:
+            result, unconfirmed = await self._renew(runs, sent_at)
+            held = result.held
+        finally:
+            # A lease held for a run abandoned meanwhile goes back to the queue now instead of
+            # staying leased, to nobody, for a whole lease; an outage gives nothing back.
+            given_back = self.held.renewal_answered(runs, held)
+            if given_back:
+                self.give_back(given_back, sent_at + self.held.trusted_s)
+        if unconfirmed is not None:
+            raise unconfirmed
+        return result
+
+    async def _renew(self, runs: Sequence[Run],
+                     sent_at: float) -> tuple[ExtendResult, NotReplicated | None]:
+        """One beat: Redis's answers, and the error of a call the replicas did not confirm."""
+        leases = [run.lease for run in runs]
+        kept = self.threads.kept_locks()
         unconfirmed: NotReplicated | None = None
         results: list[ExtendResult] = []
         for op in extend_lease_ops(
@@ -90,11 +115,9 @@ class Heartbeat:
             if (resource_key, holder) in still_kept:
                 log.warning("a resource lock kept for a running thread was taken by another job",
                             extra={"resource_key": resource_key, "holder": holder})
-        if unconfirmed is not None:
-            raise unconfirmed
-        if self.metrics is not None and renewed:
+        if unconfirmed is None and self.metrics is not None and renewed:
             self.metrics.lease_extensions.labels(self.queue.name).inc(len(renewed))
-        return result
+        return result, unconfirmed
 
     async def beat_now(self, timeout_s: float) -> None:
         """Has the loop beat at once instead of at its interval, and waits until a beat has

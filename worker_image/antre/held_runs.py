@@ -7,12 +7,19 @@ being treated as held at its own deadline, measured on this process's monotonic 
 send of the last renewal that succeeded, less a margin. Its async handler is cancelled, and its
 result, like a thread's, is never acknowledged: by then the lease may have expired in Redis and
 the job, or its resource, may belong to another run.
+
+A run can reach its deadline while a renewal of its lease is on its way, and that renewal may
+have reached Redis in time: its reply was only late (a stalled link, a GC pause, a CPU-starved
+pod). Such a run is abandoned at its deadline all the same, but its outcome waits for the
+renewal's answer (:meth:`HeldRuns.renewal_answered`): a lease Redis answers held is still this
+worker's, for a whole lease, with nobody running its job, so the heartbeat has it given back
+(:mod:`antre.late_renewals`); any other answer, or none, makes it ``lease_lost``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 from antre.outcomes import Outcomes
 from antre.protocol.scripts import Lease
@@ -21,6 +28,18 @@ from antre.runs import Run
 #: Part of a lease kept back from the local deadline (at least 100 ms): time to stop the run
 #: before Redis could hand the job or its resource to another.
 DEADLINE_MARGIN = 0.1
+#: Why a run whose lease was not renewed by its deadline was abandoned.
+DEADLINE_REASON = "lease not renewed before its deadline (Redis unreachable?); run abandoned"
+
+
+def held_after_abandon(renewed: Sequence[Run], held: Sequence[bool],
+                       abandoned: Collection[Run]) -> list[Run]:
+    """The runs to give back: of the runs a renewal extended (``held``: Redis's answer for
+    each), those abandoned at their deadline while it was on its way. Their lease is held in
+    Redis and nobody runs their job. A run that was settling, or lost its lease otherwise (a
+    newer lease of its job claimed, Redis found it gone), is never among ``abandoned``; a newer
+    lease of the same job is another run."""
+    return [run for run, kept in zip(renewed, held, strict=True) if kept and run in abandoned]
 
 
 class HeldRuns:
@@ -32,6 +51,11 @@ class HeldRuns:
         # One timer, at the earliest deadline of the runs held; it holds no run, so a settled
         # run is garbage at once.
         self._timer: asyncio.TimerHandle | None = None
+        #: The runs the renewal on its way extends (the heartbeat sends one at a time).
+        self._renewing: set[Run] = set()
+        #: Runs abandoned at their deadline while that renewal was on its way: their outcome
+        #: is recorded once it is answered.
+        self._abandoned: list[Run] = []
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -66,25 +90,48 @@ class HeldRuns:
         if self._runs.get(run.claimed.id) is run:
             del self._runs[run.claimed.id]
 
-    def leases(self) -> list[Lease]:
-        """The leases the heartbeat extends: runs neither lost nor given back."""
-        return [run.lease for run in self._runs.values() if not run.lost and not run.released]
+    def renewing(self) -> list[Run]:
+        """The runs whose leases the heartbeat is about to extend: runs neither lost nor given
+        back. Until :meth:`renewal_answered`, one of them reaching its deadline is abandoned
+        with its outcome left to the answer."""
+        runs = [run for run in self._runs.values() if not run.lost and not run.released]
+        self._renewing = set(runs)
+        return runs
+
+    def renewal_answered(self, runs: Sequence[Run], held: Sequence[bool] | None) -> list[Run]:
+        """The renewal of ``runs`` (from :meth:`renewing`) was answered: ``held``, what Redis
+        holds of each, or None when the call failed. Returns the runs to give back (see
+        :func:`held_after_abandon`); the other runs abandoned meanwhile lost their lease."""
+        abandoned, self._abandoned = self._abandoned, []
+        self._renewing = set()
+        given_back = held_after_abandon(runs, held, abandoned) if held is not None else []
+        for run in abandoned:
+            if run not in given_back:
+                self.outcomes.record(run, "lease_lost", error=DEADLINE_REASON)
+        return given_back
 
     def lose(self, job_id: str, lease: int, reason: str = "heartbeat found the lease gone") -> None:
         """The lease ``(job_id, lease)`` is gone: its run's result must be discarded."""
+        run = self._abandon(job_id, lease)
+        if run is not None:
+            self.outcomes.record(run, "lease_lost", error=reason)
+
+    def _abandon(self, job_id: str, lease: int) -> Run | None:
+        """Stops treating the run of lease ``(job_id, lease)`` as held; returns it, or None
+        when no run held that lease (or its outcome is decided elsewhere)."""
         run = self._runs.get(job_id)
         # Only the run holding that very lease; a settling run's ack or fail call is in flight
         # and its reply decides the outcome.
         if (run is None or run.claimed.lease != lease or run.lost or run.released
                 or run.settling):
-            return
+            return None
         run.lost = True
         # An async handler stops at its next await. A thread cannot be stopped: its task keeps
         # the slot until the thread returns, and what it returns is discarded.
         if run.cancellable and run.task is not None and not run.task.done():
             run.task.cancel()
         self.forget(run)
-        self.outcomes.record(run, "lease_lost", error=reason)
+        return run
 
     def _wake_at(self, when: float) -> None:
         if self._timer is None or when < self._timer.when():
@@ -100,7 +147,9 @@ class HeldRuns:
         upcoming = [run.expires_at for run in self._runs.values()
                     if not run.settling and run.expires_at > now]
         for run in [run for run in self._runs.values() if run.expires_at <= now]:
-            self.lose(run.claimed.id, run.claimed.lease,
-                      "lease not renewed before its deadline (Redis unreachable?); run abandoned")
+            if run not in self._renewing:
+                self.lose(run.claimed.id, run.claimed.lease, DEADLINE_REASON)
+            elif self._abandon(run.claimed.id, run.claimed.lease) is not None:
+                self._abandoned.append(run)
         if upcoming:
             self._wake_at(min(upcoming))

@@ -29,6 +29,7 @@ from antre.handlers import Handler, HandlerRegistry
 from antre.heartbeat import Heartbeat
 from antre.held_runs import HeldRuns
 from antre.jobs import ClaimedJob, Job
+from antre.late_renewals import LateRenewals
 from antre.outages import Outages
 from antre.outcomes import Outcomes
 from antre.prefetch import PrefetchSizer, jobs_to_claim, jobs_to_hand_back
@@ -124,9 +125,12 @@ class Worker:
         self.acks = AckBatcher(queue, worker_id=self.worker_id, outages=self.outages,
                                outcomes=self.outcomes, retry_window_s=settings.visibility_timeout_s,
                                on_settled=self.held.forget)
+        self.late_renewals = LateRenewals(self.settler, self.threads, self.outcomes,
+                                          worker_id=self.worker_id)
         self.heartbeat = Heartbeat(redis, queue, settings, worker_id=self.worker_id,
                                    held=self.held, threads=self.threads,
-                                   registry_entry=self._registry_entry, metrics=metrics)
+                                   registry_entry=self._registry_entry,
+                                   give_back=self.late_renewals.give_back_soon, metrics=metrics)
         self.reaper = Reaper(redis, queue, interval_s=settings.reaper_interval_s,
                              holder=self.worker_id, metrics=metrics)
         if metrics is not None:
@@ -207,6 +211,7 @@ class Worker:
             await asyncio.gather(claimer, *background, return_exceptions=True)
             await self._idle.close()
             await self.heartbeat.unregister()
+            await self.late_renewals.finish()  # before the unlocks a release may start
             await self.settler.finish()
             self.threads.shutdown()
             self.outcomes.log_summary()

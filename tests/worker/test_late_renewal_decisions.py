@@ -1,0 +1,104 @@
+"""Which leases a late renewal gives back (antre.held_runs, antre.late_renewals): only runs
+abandoned at their deadline while that renewal was on its way, and only when Redis answered
+their lease held; never a run that was settling, lost otherwise or re-claimed under a newer
+lease; nothing on an outage. Each abandoned run gets one outcome. And how a given-back run is
+released: its lock kept while its thread runs, waited for while its handler ends on the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from antre.held_runs import HeldRuns, held_after_abandon
+from antre.jobs import ClaimedJob
+from antre.late_renewals import sort_out
+from antre.outcomes import Outcomes
+from antre.runs import Run
+from worker_harness import eventually
+
+
+def run_of(job_id: str, lease: int = 1) -> Run:
+    return Run(ClaimedJob(id=job_id, type="t", payload_json="null", attempt=1, max_attempts=3,
+                          lease=lease, idempotency_key=None, resource_key=None,
+                          created_at_ms=0, headers_json=""))
+
+
+def lost_events(caplog: Any) -> list[tuple[str, int]]:
+    """The (job id, attempt) of every ``lease_lost`` logged so far."""
+    return [(r.job_id, r.attempt) for r in caplog.records
+            if r.name == "antre.lifecycle" and getattr(r, "event", None) == "lease_lost"]
+
+
+def test_only_runs_abandoned_while_the_renewal_was_on_its_way_and_held_go_back() -> None:
+    abandoned_held, abandoned_lost, running, settled = (run_of(i) for i in "abcd")
+    newer = run_of("a", lease=2)  # the same job under a newer lease: another run
+    renewed = [abandoned_held, abandoned_lost, running, settled]
+    assert held_after_abandon(renewed, [True, False, True, True],
+                              [abandoned_held, abandoned_lost]) == [abandoned_held]
+    assert held_after_abandon([newer, running], [True, True], [abandoned_held]) == []
+    assert held_after_abandon(renewed, [True] * 4, []) == []
+
+
+async def held_runs(caplog: Any, *runs: Run) -> tuple[HeldRuns, list[Run]]:
+    """A HeldRuns with a 0.3 s lease (a 0.2 s deadline) holding ``runs``, and the runs of a
+    renewal sent at once (whose answer the test gives)."""
+    caplog.set_level(logging.INFO, logger="antre.lifecycle")
+    held = HeldRuns(Outcomes("q", "w1", None), lease_s=0.3)
+    held.add(runs, claim_sent_at=asyncio.get_running_loop().time())
+    return held, held.renewing()
+
+
+async def test_a_held_answer_gives_back_the_runs_abandoned_meanwhile(caplog) -> None:
+    kept, gone = run_of("kept"), run_of("gone")
+    held, renewing = await held_runs(caplog, kept, gone)
+    late = run_of("late")  # claimed after the renewal left: no renewal of it is on its way
+    held.add([late], claim_sent_at=asyncio.get_running_loop().time())
+    await eventually(lambda: len(held) == 0, timeout_s=5, message="every deadline passed")
+    assert kept.lost and gone.lost and late.lost
+    # The run no renewal covers is lost at once; the others wait for the answer.
+    assert lost_events(caplog) == [("late", 1)]
+    assert held.renewal_answered(renewing, [True, False]) == [kept]
+    assert lost_events(caplog) == [("late", 1), ("gone", 1)]
+    # The answer is spent: a later one gives nothing back, records nothing again.
+    assert held.renewal_answered(renewing, [True, True]) == []
+    assert len(lost_events(caplog)) == 2
+
+
+async def test_a_failed_renewal_gives_nothing_back(caplog) -> None:
+    run = run_of("j")
+    held, renewing = await held_runs(caplog, run)
+    await eventually(lambda: run.lost, timeout_s=5, message="the deadline")
+    assert lost_events(caplog) == []
+    assert held.renewal_answered(renewing, None) == []
+    assert lost_events(caplog) == [("j", 1)]
+
+
+async def test_settling_and_reclaimed_runs_are_never_given_back(caplog) -> None:
+    settling, reclaimed = run_of("settling"), run_of("again")
+    held, renewing = await held_runs(caplog, settling, reclaimed)
+    settling.settling = True  # its ack is on its way: that reply decides
+    newer = run_of("again", lease=2)
+    held.add([newer], claim_sent_at=asyncio.get_running_loop().time() + 60)
+    assert reclaimed.lost and lost_events(caplog) == [("again", 1)]
+    await eventually(lambda: asyncio.get_running_loop().time() > settling.expires_at + 0.05,
+                     timeout_s=5, message="the settling run's deadline")
+    assert held.renewal_answered(renewing, [True, True]) == []
+    assert not settling.lost and not newer.lost and len(held) == 2
+    assert lost_events(caplog) == [("again", 1)]
+
+
+async def test_a_run_still_going_keeps_its_lock_one_ending_is_waited_for() -> None:
+    thread, ending, ended, unstarted = (run_of(i) for i in "abcd")
+    blocker = asyncio.Event()
+    ending.task = asyncio.create_task(blocker.wait())
+    ended.task = asyncio.create_task(asyncio.sleep(0))
+    await ended.task
+    thread.task = asyncio.create_task(blocker.wait())  # a thread's task waits for its return
+    try:
+        plan = sort_out([thread, ending, ended, unstarted],
+                        thread_running=lambda run: run is thread)
+        assert (plan.locked, plan.ending, plan.stopped) == ([thread], [ending], [ended, unstarted])
+    finally:
+        blocker.set()
+        await asyncio.gather(ending.task, thread.task)

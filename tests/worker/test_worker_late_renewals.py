@@ -1,0 +1,147 @@
+"""A renewal whose reply comes back after its run's local deadline (a stalled reply, a GC pause,
+a CPU-starved pod): Redis extended the lease by a whole lease, while the worker had already
+abandoned the run. Before, the job then sat in ``processing``, run by nobody, until that lease
+expired (a visibility timeout), its resource locked all along. The worker now gives such a
+lease back at once: the job goes back to the head of the queue, its resource lock kept only
+while the abandoned run may still be going.
+
+Each test runs real workers against the test redis-server, one of them through a proxy that
+holds the replies of the heartbeat's connection and delivers them late.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from typing import Any
+
+import pytest
+from antre import HandlerRegistry, Job, Queue
+from antre.connection import connect_async
+from antre.protocol.scripts import load
+from invariants import assert_invariants, read_record
+from reply_cutter import ReplyCutter
+from worker_harness import eventually, running_worker, status_of
+
+#: The lease of the worker whose renewal comes back late: a beat every 2/3 s.
+LEASE_S = 2.0
+
+
+def lifecycle(caplog: Any, job_id: str) -> list[tuple[str, str]]:
+    """The lifecycle events logged for ``job_id``, as (worker, event)."""
+    return [(r.worker_id, r.event) for r in caplog.records
+            if r.name == "antre.lifecycle" and getattr(r, "job_id", None) == job_id]
+
+
+def printer_handlers(kind: str, thread_may_return: threading.Event,
+                     ) -> tuple[HandlerRegistry, list[tuple[float, float]], list[float]]:
+    """A ``print`` handler whose first run never ends by itself (an ``async def`` one until it
+    is cancelled, a plain ``def`` one until ``thread_may_return`` is set) and whose later runs
+    are quick; returns the registry, the (start, end) of each run that ended, and the start of
+    each run."""
+    registry = HandlerRegistry()
+    spans: list[tuple[float, float]] = []
+    starts: list[float] = []
+
+    if kind == "async":
+        @registry.handler("print")
+        async def print_async(job: Job) -> None:
+            began = time.monotonic()
+            starts.append(began)
+            try:
+                if len(starts) == 1:
+                    await asyncio.Event().wait()  # until cancelled at its deadline
+            finally:
+                spans.append((began, time.monotonic()))
+    else:
+        @registry.handler("print")
+        def print_in_thread(job: Job) -> None:
+            began = time.monotonic()
+            starts.append(began)
+            if len(starts) == 1:
+                thread_may_return.wait(30)  # a thread cannot be stopped
+            spans.append((began, time.monotonic()))
+
+    return registry, spans, starts
+
+
+@pytest.mark.parametrize("kind", ["async", "thread"])
+async def test_a_lease_renewed_after_its_run_was_abandoned_is_given_back_at_once(
+        redis_client, redis_url, aredis, qs, caplog, kind):
+    caplog.set_level(logging.INFO, logger="antre")
+    thread_may_return = threading.Event()
+    registry, spans, starts = printer_handlers(kind, thread_may_return)
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("print", resource_key="printer").job_id
+    redis_port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    # No reaper pass within the test: only the give-back can put the job back.
+    quiet = {"reaper_interval_s": 60.0, "concurrency": 1, "prefetch": 0}
+    try:
+        async with ReplyCutter(redis_port) as cutter:
+            client = connect_async(cutter.url)
+            try:
+                async with running_worker(client, qs, registry, worker_id="w-late",
+                                          visibility_timeout_s=LEASE_S, **quiet) as late:
+                    await eventually(lambda: late.in_flight == 1 and starts,
+                                     message="the first run going")
+                    # The other worker waits for the job; a wait for the printer lasts until
+                    # the lock is freed (its unlock wakes it), not a re-check.
+                    async with running_worker(aredis, qs, registry, worker_id="w-other",
+                                              lock_defer_s=10.0, **quiet):
+                        cutter.hold_replies_after(load("extend_lease").sha.encode())
+                        await asyncio.wait_for(cutter.holding.wait(), 5)
+                        # The held renewal ran in Redis; the worker, waiting for its reply,
+                        # reaches the run's deadline and abandons it.
+                        await eventually(lambda: late.in_flight == 0, timeout_s=LEASE_S * 2,
+                                         message="the run abandoned at its deadline")
+                        renewed_until = redis_client.zscore(qs.keys.processing, job_id)
+                        seconds, micros = redis_client.time()
+                        now_ms = seconds * 1000 + micros // 1000
+                        assert renewed_until is not None and renewed_until > now_ms, (
+                            "the held renewal should have extended the lease in Redis")
+                        assert read_record(redis_client, qs, job_id)["worker"] == "w-late"
+
+                        cutter.deliver()
+                        history = await eventually(
+                            lambda: [e for e in queue.get(job_id).history
+                                     if e.event == "released"],
+                            timeout_s=LEASE_S * 3, message="the lease given back")
+                        [released] = history
+                        assert released.worker == "w-late"
+                        assert released.at_ms < renewed_until, (
+                            "given back only when the renewed lease ran out")
+                        if kind == "thread":
+                            # The thread still runs: its lock is kept, so the next run of the
+                            # job waits for it instead of starting beside it.
+                            await eventually(lambda: status_of(redis_client, qs, job_id)
+                                             == "scheduled", message="the next run deferred")
+                            assert len(starts) == 1
+                            assert redis_client.get(qs.keys.lock_prefix + "printer").startswith(
+                                f"{job_id}:")
+                            thread_may_return.set()
+                        await eventually(lambda: status_of(redis_client, qs, job_id) == "done",
+                                         timeout_s=10, message="the job run again")
+            finally:
+                await client.aclose()
+    finally:
+        thread_may_return.set()
+
+    assert len(starts) == 2
+    ordered = sorted(spans)
+    for before, after in itertools.pairwise(ordered):
+        assert after[0] >= before[1], f"two runs on the printer at once: {ordered}"
+    info = queue.get(job_id)
+    events = [e.event for e in info.history if e.event not in ("extended", "deferred")]
+    assert events == ["enqueued", "claimed", "released", "claimed", "acked"]
+    # Given back as a run interrupted at a stop is: its attempt refunded (a free release).
+    assert info.attempt == 1
+    assert queue.stats().counters.get("released") == 1
+    # The operator sees one outcome for the abandoned run: released, not lease_lost as well.
+    assert [event for worker, event in lifecycle(caplog, job_id) if worker == "w-late"] == [
+        "released"]
+    assert any(r.getMessage().startswith("a lease renewal came back after its run's deadline")
+               for r in caplog.records)
+    assert_invariants(redis_client, qs)
