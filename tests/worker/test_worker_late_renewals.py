@@ -3,19 +3,22 @@ a CPU-starved pod): Redis extended the lease by a whole lease, while the worker 
 abandoned the run. Before, the job then sat in ``processing``, run by nobody, until that lease
 expired (a visibility timeout), its resource locked all along. The worker now gives such a
 lease back at once: the job goes back to the head of the queue, its resource lock kept only
-while the abandoned run may still be going.
+while the abandoned run may still be going. A renewal whose reply is lost instead gives
+nothing back: the worker cannot tell it from one that never ran.
 
 Each test runs real workers against the test redis-server, one of them through a proxy that
-holds the replies of the heartbeat's connection and delivers them late.
+holds the replies of the heartbeat's connection, then delivers them late or cuts them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import threading
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -68,6 +71,45 @@ def printer_handlers(kind: str, thread_may_return: threading.Event,
     return registry, spans, starts
 
 
+@contextlib.asynccontextmanager
+async def abandoned_behind_a_held_renewal(
+        redis_client: Any, redis_url: str, aredis: Any, qs: Any, registry: HandlerRegistry,
+        job_id: str, starts: list[float]) -> AsyncIterator[tuple[ReplyCutter, float]]:
+    """Runs worker ``w-late`` through the proxy, and ``w-other`` beside it waiting for work,
+    until ``w-late`` has abandoned the run of ``job_id`` at its deadline while the reply of a
+    renewal that extended the lease in Redis is held; yields the proxy and the deadline that
+    renewal set (ms, Redis clock)."""
+    redis_port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    # No reaper pass within the test: only a give-back can put the job back.
+    quiet = {"reaper_interval_s": 60.0, "concurrency": 1, "prefetch": 0}
+    async with ReplyCutter(redis_port) as cutter:
+        client = connect_async(cutter.url)
+        try:
+            async with running_worker(client, qs, registry, worker_id="w-late",
+                                      visibility_timeout_s=LEASE_S, **quiet) as late:
+                await eventually(lambda: late.in_flight == 1 and starts,
+                                 message="the first run going")
+                # A wait for the printer lasts until the lock is freed (its unlock wakes the
+                # job), not a re-check.
+                async with running_worker(aredis, qs, registry, worker_id="w-other",
+                                          lock_defer_s=10.0, **quiet):
+                    cutter.hold_replies_after(load("extend_lease").sha.encode())
+                    await asyncio.wait_for(cutter.holding.wait(), 5)
+                    # The held renewal ran in Redis; the worker, waiting for its reply, reaches
+                    # the run's deadline and abandons it.
+                    await eventually(lambda: late.in_flight == 0, timeout_s=LEASE_S * 2,
+                                     message="the run abandoned at its deadline")
+                    renewed_until = redis_client.zscore(qs.keys.processing, job_id)
+                    seconds, micros = redis_client.time()
+                    now_ms = seconds * 1000 + micros // 1000
+                    assert renewed_until is not None and renewed_until > now_ms, (
+                        "the held renewal should have extended the lease in Redis")
+                    assert read_record(redis_client, qs, job_id)["worker"] == "w-late"
+                    yield cutter, renewed_until
+        finally:
+            await client.aclose()
+
+
 @pytest.mark.parametrize("kind", ["async", "thread"])
 async def test_a_lease_renewed_after_its_run_was_abandoned_is_given_back_at_once(
         redis_client, redis_url, aredis, qs, caplog, kind):
@@ -76,56 +118,27 @@ async def test_a_lease_renewed_after_its_run_was_abandoned_is_given_back_at_once
     registry, spans, starts = printer_handlers(kind, thread_may_return)
     queue = Queue(redis_client, settings=qs)
     job_id = queue.enqueue("print", resource_key="printer").job_id
-    redis_port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    # No reaper pass within the test: only the give-back can put the job back.
-    quiet = {"reaper_interval_s": 60.0, "concurrency": 1, "prefetch": 0}
     try:
-        async with ReplyCutter(redis_port) as cutter:
-            client = connect_async(cutter.url)
-            try:
-                async with running_worker(client, qs, registry, worker_id="w-late",
-                                          visibility_timeout_s=LEASE_S, **quiet) as late:
-                    await eventually(lambda: late.in_flight == 1 and starts,
-                                     message="the first run going")
-                    # The other worker waits for the job; a wait for the printer lasts until
-                    # the lock is freed (its unlock wakes it), not a re-check.
-                    async with running_worker(aredis, qs, registry, worker_id="w-other",
-                                              lock_defer_s=10.0, **quiet):
-                        cutter.hold_replies_after(load("extend_lease").sha.encode())
-                        await asyncio.wait_for(cutter.holding.wait(), 5)
-                        # The held renewal ran in Redis; the worker, waiting for its reply,
-                        # reaches the run's deadline and abandons it.
-                        await eventually(lambda: late.in_flight == 0, timeout_s=LEASE_S * 2,
-                                         message="the run abandoned at its deadline")
-                        renewed_until = redis_client.zscore(qs.keys.processing, job_id)
-                        seconds, micros = redis_client.time()
-                        now_ms = seconds * 1000 + micros // 1000
-                        assert renewed_until is not None and renewed_until > now_ms, (
-                            "the held renewal should have extended the lease in Redis")
-                        assert read_record(redis_client, qs, job_id)["worker"] == "w-late"
-
-                        cutter.deliver()
-                        history = await eventually(
-                            lambda: [e for e in queue.get(job_id).history
-                                     if e.event == "released"],
-                            timeout_s=LEASE_S * 3, message="the lease given back")
-                        [released] = history
-                        assert released.worker == "w-late"
-                        assert released.at_ms < renewed_until, (
-                            "given back only when the renewed lease ran out")
-                        if kind == "thread":
-                            # The thread still runs: its lock is kept, so the next run of the
-                            # job waits for it instead of starting beside it.
-                            await eventually(lambda: status_of(redis_client, qs, job_id)
-                                             == "scheduled", message="the next run deferred")
-                            assert len(starts) == 1
-                            assert redis_client.get(qs.keys.lock_prefix + "printer").startswith(
-                                f"{job_id}:")
-                            thread_may_return.set()
-                        await eventually(lambda: status_of(redis_client, qs, job_id) == "done",
-                                         timeout_s=10, message="the job run again")
-            finally:
-                await client.aclose()
+        async with abandoned_behind_a_held_renewal(redis_client, redis_url, aredis, qs,
+                                                   registry, job_id, starts) as (cutter, until):
+            cutter.deliver()
+            history = await eventually(
+                lambda: [e for e in queue.get(job_id).history if e.event == "released"],
+                timeout_s=LEASE_S * 3, message="the lease given back")
+            [released] = history
+            assert released.worker == "w-late"
+            assert released.at_ms < until, "given back only when the renewed lease ran out"
+            if kind == "thread":
+                # The thread still runs: its lock is kept, so the next run of the job waits
+                # for it instead of starting beside it.
+                await eventually(lambda: status_of(redis_client, qs, job_id) == "scheduled",
+                                 message="the next run deferred")
+                assert len(starts) == 1
+                assert redis_client.get(qs.keys.lock_prefix + "printer").startswith(
+                    f"{job_id}:")
+                thread_may_return.set()
+            await eventually(lambda: status_of(redis_client, qs, job_id) == "done",
+                             timeout_s=10, message="the job run again")
     finally:
         thread_may_return.set()
 
@@ -145,3 +158,23 @@ async def test_a_lease_renewed_after_its_run_was_abandoned_is_given_back_at_once
     assert any(r.getMessage().startswith("a lease renewal came back after its run's deadline")
                for r in caplog.records)
     assert_invariants(redis_client, qs)
+
+
+async def test_a_renewal_whose_reply_is_lost_gives_nothing_back(redis_client, redis_url, aredis,
+                                                                qs, caplog):
+    """The worker cannot tell a renewal whose reply never came from one that never ran: the
+    run stays lost (``lease_lost``, once) and its job waits for its lease to expire."""
+    caplog.set_level(logging.INFO, logger="antre")
+    registry, _, starts = printer_handlers("async", threading.Event())
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("print", resource_key="printer").job_id
+    async with abandoned_behind_a_held_renewal(redis_client, redis_url, aredis, qs,
+                                               registry, job_id, starts) as (cutter, until):
+        assert lifecycle(caplog, job_id) == [], "the outcome waits for the renewal's answer"
+        cutter.cut()
+        await eventually(lambda: lifecycle(caplog, job_id), message="the run's outcome")
+        assert lifecycle(caplog, job_id) == [("w-late", "lease_lost")]
+        assert redis_client.zscore(qs.keys.processing, job_id) == until
+        assert [e.event for e in queue.get(job_id).history if e.event != "extended"] == [
+            "enqueued", "claimed"]
+    assert len(starts) == 1
