@@ -39,17 +39,17 @@ def lifecycle(caplog: Any, job_id: str) -> list[tuple[str, str]]:
             if r.name == "antre.lifecycle" and getattr(r, "job_id", None) == job_id]
 
 
-def printer_handlers(kind: str, thread_may_return: threading.Event,
+def printer_handlers(kind: str, may_end: threading.Event,
                      ) -> tuple[HandlerRegistry, list[tuple[float, float]], list[float]]:
-    """A ``print`` handler whose first run never ends by itself (an ``async def`` one until it
-    is cancelled, a plain ``def`` one until ``thread_may_return`` is set) and whose later runs
-    are quick; returns the registry, the (start, end) of each run that ended, and the start of
-    each run."""
+    """A ``print`` handler whose first run never ends by itself and whose later runs are quick;
+    returns the registry, the (start, end) of each run that ended, and the start of each run.
+    The first run: ``async`` ends when cancelled; ``async-ending``, cancelled, still cleans up
+    until ``may_end`` is set; ``thread`` (a plain ``def``) returns once ``may_end`` is set."""
     registry = HandlerRegistry()
     spans: list[tuple[float, float]] = []
     starts: list[float] = []
 
-    if kind == "async":
+    if kind.startswith("async"):
         @registry.handler("print")
         async def print_async(job: Job) -> None:
             began = time.monotonic()
@@ -57,6 +57,10 @@ def printer_handlers(kind: str, thread_may_return: threading.Event,
             try:
                 if len(starts) == 1:
                     await asyncio.Event().wait()  # until cancelled at its deadline
+            except asyncio.CancelledError:
+                if kind == "async-ending":
+                    await asyncio.to_thread(may_end.wait, 30)
+                raise
             finally:
                 spans.append((began, time.monotonic()))
     else:
@@ -65,7 +69,7 @@ def printer_handlers(kind: str, thread_may_return: threading.Event,
             began = time.monotonic()
             starts.append(began)
             if len(starts) == 1:
-                thread_may_return.wait(30)  # a thread cannot be stopped
+                may_end.wait(30)  # a thread cannot be stopped
             spans.append((began, time.monotonic()))
 
     return registry, spans, starts
@@ -110,18 +114,27 @@ async def abandoned_behind_a_held_renewal(
             await client.aclose()
 
 
-@pytest.mark.parametrize("kind", ["async", "thread"])
+@pytest.mark.parametrize("kind", ["async", "async-ending", "thread"])
 async def test_a_lease_renewed_after_its_run_was_abandoned_is_given_back_at_once(
         redis_client, redis_url, aredis, qs, caplog, kind):
     caplog.set_level(logging.INFO, logger="antre")
-    thread_may_return = threading.Event()
-    registry, spans, starts = printer_handlers(kind, thread_may_return)
+    may_end = threading.Event()
+    registry, spans, starts = printer_handlers(kind, may_end)
     queue = Queue(redis_client, settings=qs)
     job_id = queue.enqueue("print", resource_key="printer").job_id
     try:
         async with abandoned_behind_a_held_renewal(redis_client, redis_url, aredis, qs,
                                                    registry, job_id, starts) as (cutter, until):
             cutter.deliver()
+            if kind == "async-ending":
+                # Cancelled at its deadline, the handler has not ended yet: the lease (and
+                # with it the printer) stays held while it may still be going.
+                await eventually(lambda: any(r.getMessage().startswith(
+                    "a lease renewal came back") for r in caplog.records),
+                    message="the late renewal's answer")
+                record = read_record(redis_client, qs, job_id)
+                assert (record["status"], record["worker"]) == ("processing", "w-late")
+                may_end.set()
             history = await eventually(
                 lambda: [e for e in queue.get(job_id).history if e.event == "released"],
                 timeout_s=LEASE_S * 3, message="the lease given back")
@@ -136,11 +149,11 @@ async def test_a_lease_renewed_after_its_run_was_abandoned_is_given_back_at_once
                 assert len(starts) == 1
                 assert redis_client.get(qs.keys.lock_prefix + "printer").startswith(
                     f"{job_id}:")
-                thread_may_return.set()
+                may_end.set()
             await eventually(lambda: status_of(redis_client, qs, job_id) == "done",
                              timeout_s=10, message="the job run again")
     finally:
-        thread_may_return.set()
+        may_end.set()
 
     assert len(starts) == 2
     ordered = sorted(spans)
