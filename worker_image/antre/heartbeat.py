@@ -70,7 +70,7 @@ class Heartbeat:
         finally:
             # A lease held for a run abandoned meanwhile goes back to the queue now instead of
             # staying leased, to nobody, for a whole lease; an outage gives nothing back.
-            given_back = self.held.renewal_answered(runs, held)
+            given_back = self.held.renewal_answered(runs, held, sent_at=sent_at)
             if given_back:
                 self.give_back(given_back, sent_at + self.held.trusted_s)
         if unconfirmed is not None:

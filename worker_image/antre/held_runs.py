@@ -11,9 +11,10 @@ the job, or its resource, may belong to another run.
 A run can reach its deadline while a renewal of its lease is on its way, and that renewal may
 have reached Redis in time: its reply was only late (a stalled link, a GC pause, a CPU-starved
 pod). Such a run is abandoned at its deadline all the same, but its outcome waits for the
-renewal's answer (:meth:`HeldRuns.renewal_answered`): a lease Redis answers held is still this
-worker's, for a whole lease, with nobody running its job, so the heartbeat has it given back
-(:mod:`antre.late_renewals`); any other answer, or none, makes it ``lease_lost``.
+renewal's answer (:meth:`HeldRuns.renewal_answered`): a lease Redis answers held, while the
+lease that renewal set can be trusted, is still this worker's, with nobody running its job, so
+the heartbeat has it given back (:mod:`antre.late_renewals`); any other answer, or none, makes
+it ``lease_lost``.
 """
 
 from __future__ import annotations
@@ -98,13 +99,19 @@ class HeldRuns:
         self._renewing = set(runs)
         return runs
 
-    def renewal_answered(self, runs: Sequence[Run], held: Sequence[bool] | None) -> list[Run]:
-        """The renewal of ``runs`` (from :meth:`renewing`) was answered: ``held``, what Redis
-        holds of each, or None when the call failed. Returns the runs to give back (see
-        :func:`held_after_abandon`); the other runs abandoned meanwhile lost their lease."""
+    def renewal_answered(self, runs: Sequence[Run], held: Sequence[bool] | None, *,
+                         sent_at: float) -> list[Run]:
+        """The renewal of ``runs`` (from :meth:`renewing`), sent at ``sent_at`` (monotonic),
+        was answered: ``held``, what Redis holds of each, or None when the call failed. Returns
+        the runs to give back (see :func:`held_after_abandon`); the other runs abandoned
+        meanwhile lost their lease."""
         abandoned, self._abandoned = self._abandoned, []
         self._renewing = set()
-        given_back = held_after_abandon(runs, held, abandoned) if held is not None else []
+        # An answer that comes once the lease it set can no longer be trusted (the process
+        # was frozen or starved that long) gives nothing back: the lease may have expired, the
+        # job been requeued, and a release would only stand in for the reaper.
+        in_time = asyncio.get_running_loop().time() < sent_at + self.trusted_s
+        given_back = held_after_abandon(runs, held, abandoned) if held is not None and in_time else []
         for run in abandoned:
             if run not in given_back:
                 self.outcomes.record(run, "lease_lost", error=DEADLINE_REASON)
