@@ -313,6 +313,38 @@ async def test_a_stop_with_a_thread_still_running_keeps_its_lock(redis_client, a
     assert_invariants(redis_client, qs)
 
 
+async def test_a_stop_with_an_async_handler_outliving_its_cancellation_keeps_its_lock(
+        redis_client, aredis, qs):
+    """An async handler that catches CancelledError and carries on is still going after the
+    grace period, as a thread would be: its release kept the lock in Redis, then the worker
+    freed it at once (it kept locks only for threads), and the resource's next run could start
+    beside it. The lock is now freed when the handler ends."""
+    registry = HandlerRegistry()
+    finish = asyncio.Event()
+
+    @registry.handler("stubborn")
+    async def stubborn(job: Job) -> None:
+        while not finish.is_set():
+            try:
+                await finish.wait()
+            except asyncio.CancelledError:
+                continue
+
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("stubborn", resource_key="acct").job_id
+    lock = qs.keys.resource_lock("acct")
+    try:
+        async with running_worker(aredis, qs, registry, grace_period_s=0.1) as worker:
+            await eventually(lambda: worker.in_flight == 1)
+        info = queue.get(job_id)
+        assert (info.status, info.history[-1].event) == ("queued", "released")
+        assert redis_client.get(lock) == f"{job_id}:1", "kept while the handler goes on"
+    finally:
+        finish.set()
+    await eventually(lambda: redis_client.exists(lock) == 0, message="freed once it ended")
+    assert_invariants(redis_client, qs)
+
+
 EXITING_HANDLERS = """\
 import sys
 

@@ -94,7 +94,7 @@ class Settler:
         for run, outcome in zip(runs, released, strict=True):
             self.held.forget(run)
             if outcome is not None and run in still_going:
-                self.threads.keep_lock(run)
+                self._keep_lock_while_going(run)
             if outcome == "dead":  # the release spent the job's last attempt
                 self.outcomes.record(run, "dead", level=logging.WARNING, error=(
                     "released at shutdown with no attempt left (is the grace period shorter "
@@ -114,6 +114,16 @@ class Settler:
                 await scripts.run_async(self.redis, release_op(
                     self.queue, [(job.id, job.lease) for job in chunk], worker_id=self.worker_id,
                     reason=reason, unstarted={job.id for job in chunk}))
+
+    def _keep_lock_while_going(self, run: Run) -> None:
+        """Frees the resource lock a release kept once the run has ended: a thread when it
+        returns; a handler still going on the loop after its cancellation (one that catches
+        ``CancelledError`` and carries on, or a coroutine a returned thread handed over) when
+        its task ends. Freed at once, the resource's next job could start beside it."""
+        if self.threads.running(run) or run.task is None or run.task.done():
+            self.threads.keep_lock(run)
+        else:
+            run.task.add_done_callback(lambda _: self.unlock_soon(run))
 
     def unlock_soon(self, run: Run) -> None:
         """A thread that kept its run's resource lock returned: free the lock. Not freed (Redis
