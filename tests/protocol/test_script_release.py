@@ -3,7 +3,9 @@ first few times), keeping the lock of a run that cannot be stopped."""
 
 from __future__ import annotations
 
+import pytest
 from antre.client import Queue
+from antre.errors import InvalidArgument
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
 from antre.protocol.release import FREE_RELEASES, release_op
@@ -128,3 +130,81 @@ def test_a_release_that_dead_letters_a_job_wakes_nobody_when_its_lock_is_kept(re
     assert scripts.run(redis_client, op) == ["dead"]
     assert redis_client.lrange(qs.keys.ready, 0, -1) == []
     assert redis_client.get(qs.keys.resource_lock("acct")) == f"last:{last.lease}"
+
+
+HAND_BACK = "prefetched, handed back unstarted"
+
+
+def hand_back(r, qs, leases):
+    op = release_op(qs, leases, worker_id="w1", reason=HAND_BACK, event="handed_back",
+                    unstarted={job_id for job_id, _ in leases})
+    return scripts.run(r, op)
+
+
+def test_a_hand_back_is_counted_and_recorded_apart_from_a_shutdown_release(redis_client, qs):
+    """Hand-backs are routine (the work outgrew a worker's buffer): counted as `released`, they
+    drowned the shutdown releases operators watch, and the history said `released` for a job
+    that never started."""
+    seed_job(redis_client, qs, "prefetched", status="processing", attempt=1, lease=1)
+    seed_job(redis_client, qs, "running", status="processing", attempt=1, lease=1)
+    assert hand_back(redis_client, qs, [("prefetched", 1)]) == ["handed_back"]
+    assert release(redis_client, qs, [("running", 1)]) == ["released"]
+    state = dump(redis_client, qs)
+    assert state["stats"] == {"handed_back": 1, "released": 1}
+    assert state["ready"] == ["prefetched", "running"]  # both at the head (the right end)
+    assert state["jobs"]["prefetched"]["history"] == ["handed_back"]
+    assert state["jobs"]["running"]["history"] == ["released"]
+    # Never started: the attempt is back, and the hand-back is not one of the releases that
+    # bound a job never finishing within a grace period.
+    assert (state["jobs"]["prefetched"]["attempt"], "releases" in state["jobs"]["prefetched"]) == (
+        "0", False)
+    [entry] = Queue(redis_client, settings=qs).get("prefetched").history
+    assert (entry.event, entry.attempt, entry.error) == ("handed_back", 1, HAND_BACK)
+    assert_invariants(redis_client, qs)
+
+
+def test_a_hand_back_of_a_last_attempt_after_its_deadline_ends_dead_without_blaming_a_grace_period(
+        redis_client, qs):
+    """Past its lease's deadline the attempt counts (as the reaper's requeue would): on the last
+    one the job is dead, and its error says why without the shutdown's question."""
+    seed_job(redis_client, qs, "late", status="processing", attempt=1, lease=1, max_attempts=1,
+             score_ms=server_ms(redis_client) - 10)
+    assert hand_back(redis_client, qs, [("late", 1)]) == ["dead"]
+    state = dump(redis_client, qs)
+    assert state["stats"] == {"dead": 1} and state["dead"] == ["late"]
+    assert read_record(redis_client, qs, "late")["last_error"] == (
+        f"{HAND_BACK} (after its lease expired: the attempt counts); out of attempts")
+    assert_invariants(redis_client, qs)
+
+
+def test_an_event_other_than_released_or_handed_back_is_refused_before_anything_is_written(
+        redis_client, qs):
+    """The event names a stats field. A call in the earlier layout (no event: the triples from
+    ARGV[7]) is refused whole too, rather than read one argument off."""
+    seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1)
+    before = dump(redis_client, qs)
+    op = release_op(qs, [("a", 1)], worker_id="w1", reason="x")
+    for args in ([*op.args[:6], "shutdown", *op.args[7:]], [*op.args[:6], *op.args[7:]]):
+        with pytest.raises(InvalidArgument, match="event"):
+            scripts.run(redis_client, scripts.Op(op.script, op.keys, args, op.parse))
+    assert dump(redis_client, qs) == before
+
+
+def test_records_an_earlier_version_wrote_for_a_hand_back_read_and_are_handed_back_again(
+        redis_client, qs):
+    """Earlier workers wrote a hand-back as `released` with the hand-back's reason, and counted
+    it under `released`: those records and counts are kept as they are, and a new hand-back adds
+    its own entry and counter beside them."""
+    now = server_ms(redis_client)
+    seed_job(redis_client, qs, "old", status="processing", attempt=1, lease=2, events=3,
+             **{"h:1": f"enqueued|{now - 30:x}|0", "h:2": f"claimed|{now - 20:x}|1|w0",
+                "h:3": f"released|{now - 10:x}|1|^|{HAND_BACK}", "h:4": f"claimed|{now:x}|1|w1"})
+    redis_client.hset(qs.keys.job("old"), "events", 4)
+    redis_client.hset(qs.keys.stats, "released", 7)
+    assert hand_back(redis_client, qs, [("old", 2)]) == ["handed_back"]
+    assert dump(redis_client, qs)["stats"] == {"released": 7, "handed_back": 1}
+    history = Queue(redis_client, settings=qs).get("old").history
+    assert [(e.event, e.error) for e in history] == [
+        ("enqueued", None), ("claimed", None), ("released", HAND_BACK), ("claimed", None),
+        ("handed_back", HAND_BACK)]
+    assert_invariants(redis_client, qs)

@@ -1,4 +1,6 @@
--- release: give leased jobs back to the head of the queue (graceful shutdown). The attempt is
+-- release: give leased jobs back to the head of the queue: at a graceful shutdown (event
+-- `released`), or prefetched jobs a worker hands back unstarted because the work outgrew its
+-- buffer (event `handed_back`: routine, so counted apart from shutdowns). The attempt is
 -- given back for the first `free_releases` releases of a job; after that a release spends it,
 -- so a job that never finishes within a grace period ends dead instead of looping (a run that
 -- never started does not count: it always gets its attempt back). A release
@@ -15,28 +17,37 @@
 -- ARGV[5] -> free_releases (releases per job that give the attempt back)
 -- ARGV[6] -> waiting key prefix: a job dead-lettered here never takes its resource again, so
 --            once its lock is free the first job still waiting for it is woken, as ack does
--- ARGV[7..] -> triples: job id, lease token, run state (1: the run may still be going, a
+-- ARGV[7] -> event: 'released' or 'handed_back', the history entry and the stats counter it
+--            writes for each job put back in the queue (a job dead-lettered counts as `dead`).
+--            Earlier versions had no event (triples from ARGV[7], always `released`); each
+--            worker runs the copy it loaded (by its SHA), so neither sees the other's layout.
+-- ARGV[8..] -> triples: job id, lease token, run state (1: the run may still be going, a
 --              handler thread that cannot be stopped: its lock is left to its worker, which
 --              frees it when the run returns or lets it expire; 0: free the lock now; 2: the
 --              run never started (prefetched, or a claim given back): the lock is freed and
 --              the release is not counted, so the attempt is given back however often the job
 --              was released before, unless the lease's deadline has passed)
--- Returns: one integer per triple: 1 released, 2 dead-lettered (out of attempts), 0 not the
---          lease holder (nothing changed).
--- Errors: none of its own.
+-- Returns: one integer per triple: 1 back in the queue, 2 dead-lettered (out of attempts), 0 not
+--          the lease holder (nothing changed).
+-- Errors: ANTRE_INVALID when ARGV[7] is not one of the two events (nothing is written).
 local ready_key, processing_key, stats_key, dead_key, retry_key = KEYS[1], KEYS[2], KEYS[3],
   KEYS[4], KEYS[5]
 local job_prefix, lock_prefix, worker, reason = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local free_releases, waiting_prefix = tonumber(ARGV[5]), ARGV[6]
+local free_releases, waiting_prefix, event = tonumber(ARGV[5]), ARGV[6], ARGV[7]
+-- The event names a field of the stats hash: anything else would grow it without bound.
+if event ~= 'released' and event ~= 'handed_back' then
+  return redis.error_reply('ANTRE_INVALID event: got ' .. string.sub(tostring(event), 1, 100)
+    .. '; must be released or handed_back')
+end
 local now = now_ms()
 local result, released, records = {}, {}, {}
 local ids = {}
-for i = 7, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+for i = 8, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
 local deadlines = zmscore_all(processing_key, ids)
 
-for i = 7, #ARGV, 3 do
+for i = 8, #ARGV, 3 do
   local id, lease = ARGV[i], ARGV[i + 1]
-  local deadline = tonumber(deadlines[(i - 4) / 3])
+  local deadline = tonumber(deadlines[(i - 5) / 3])
   local f = read_fields(job_prefix .. id, 'status', 'lease', 'attempt', 'resource_key', 'events',
     'worker', 'releases', 'max_attempts')
   if f[1] == 'processing' and f[2] == lease and f[6] == worker then
@@ -77,10 +88,13 @@ for _, record in ipairs(records) do
   if attempt >= (tonumber(f[8]) or 0) then
     extra[#extra + 1] = 'attempt'
     extra[#extra + 1] = attempt
-    dead_letter(job_key, dead_key, id, now, f[5], attempt, SAME_WORKER, why
-      .. '; released '
+    -- A hand-back never ran the job: only an expired lease spends its attempt, and the
+    -- shutdown's question about the grace period does not apply.
+    local out_of_attempts = event == 'handed_back' and '; out of attempts' or ('; released '
       .. releases .. ' times without finishing, out of attempts (is the grace period shorter '
-      .. 'than the job?)', extra)
+      .. 'than the job?)')
+    dead_letter(job_key, dead_key, id, now, f[5], attempt, SAME_WORKER, why .. out_of_attempts,
+      extra)
     dead = dead + 1
     result[slot] = 2
     if f[4] and not keep_lock then
@@ -90,14 +104,15 @@ for _, record in ipairs(records) do
       end
     end
   else
-    -- The history names the run released (f[3]); the counter may step back for the next claim.
-    local n, hfield, hvalue = history_entry(f[5], 'released', now, f[3], SAME_WORKER, why)
+    -- The history names the run given back (f[3]); the counter may step back for the next
+    -- claim.
+    local n, hfield, hvalue = history_entry(f[5], event, now, f[3], SAME_WORKER, why)
     redis.call('HSET', job_key, 'status', 'queued', 'attempt', attempt, 'updated_at', now,
       'queued_at', now, 'events', n, hfield, hvalue, unpack(extra))
     redis.call('RPUSH', ready_key, id)
     requeued = requeued + 1
   end
 end
-if requeued > 0 then redis.call('HINCRBY', stats_key, 'released', requeued) end
+if requeued > 0 then redis.call('HINCRBY', stats_key, event, requeued) end
 if dead > 0 then redis.call('HINCRBY', stats_key, 'dead', dead) end
 return result
