@@ -1,9 +1,10 @@
 """Structured logs: one JSON object per line, one line per job lifecycle event.
 
-Lifecycle events go to the ``antre.lifecycle`` logger: ``claimed`` and ``acked`` at DEBUG (one
-per run is a lot of lines at thousands of jobs per second; at INFO :mod:`antre.outcomes` writes a
-periodic ``settled`` summary instead), the other outcomes (``retrying``, ``dead``, ``lease_lost``,
-``released``, ``duplicate``) at INFO, failures at WARNING. The level set by
+Lifecycle events go to the ``antre.lifecycle`` logger: ``claimed``, ``acked`` and
+``handed_back`` at DEBUG (one per run is a lot of lines at thousands of jobs per second; at INFO
+:mod:`antre.outcomes` writes a periodic ``settled`` summary instead), the other outcomes
+(``retrying``, ``dead``, ``lease_lost``, ``released``, ``duplicate``) at INFO, failures at
+WARNING. The level set by
 ``--log-level`` / ``ANTRE_LOG_LEVEL`` never hides the few lines of a process's own life (started,
 stopping on a signal, stopped, Redis reachable again): they are what an operator reads first.
 """

@@ -27,7 +27,8 @@ class WorkerMetrics:
         self.known_types: frozenset[str] | None = None
         self.jobs = Counter(
             "antre_jobs_total", "Job runs by type and outcome (succeeded, retried, dead, "
-            "lease_lost, duplicate, released)", ["queue", "type", "outcome"], registry=self.registry)
+            "lease_lost, duplicate, released, handed_back)", ["queue", "type", "outcome"],
+            registry=self.registry)
         self.duration = Histogram(
             "antre_job_duration_seconds", "Handler run time", ["queue", "type"],
             buckets=_DURATION_BUCKETS, registry=self.registry)

@@ -5,7 +5,10 @@ A failed, released or lost run gets a log line of its own. A successful one (``a
 at DEBUG: at thousands of jobs per second a line per job costs a third of the worker's CPU and
 floods the log pipeline, so at INFO the worker writes a ``settled`` summary instead, at most one
 every :data:`SUMMARY_INTERVAL_S` while jobs finish and one at shutdown, with the count of every
-outcome since the last one. Per-job metrics (Prometheus) count every job either way.
+outcome since the last one. A prefetched job handed back unstarted (``handed_back``) is logged at
+DEBUG too: hand-backs are routine whenever the work turns long, a job that never ran there has
+nothing to investigate, and the summary counts them. Per-job metrics (Prometheus) count every
+job either way.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ if TYPE_CHECKING:  # only a worker serving metrics imports prometheus_client
 
 #: Lifecycle event names of the outcomes whose name differs.
 _EVENTS = {"succeeded": "acked", "retried": "retrying"}
+#: Outcomes logged one line per job only at DEBUG: frequent and expected (the ``settled``
+#: summary counts them at INFO).
+_ROUTINE: Final = frozenset({"succeeded", "handed_back"})
 #: Seconds between two ``settled`` summary lines while jobs finish.
 SUMMARY_INTERVAL_S: Final = 10.0
 
@@ -48,6 +54,7 @@ class Outcomes:
         event = _EVENTS.get(outcome, outcome)
         if outcome == "succeeded":
             self.succeeded += 1
+        if outcome in _ROUTINE:
             level = logging.DEBUG
         elif outcome == "lease_lost":
             level = logging.WARNING

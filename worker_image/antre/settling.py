@@ -1,6 +1,11 @@
-"""Settling runs that did not succeed: fail (retry or dead), release at shutdown, give back a
-claim that came too late, and free the lock a returning thread kept. Successes go through the
-ack batcher (:mod:`antre.ack_batcher`) instead."""
+"""Settling runs that did not succeed: fail (retry or dead), release at shutdown, hand back
+prefetched runs the work outgrew, give back a claim that came too late, and free the lock a
+returning thread kept. Successes go through the ack batcher (:mod:`antre.ack_batcher`) instead.
+
+Hand-backs are counted as ``handed_back``, apart from ``released``: they are routine, and
+``released`` tells operators that a shutdown cut work short. A claim given back stays
+``released``: it is rare and says something went wrong (Redis stalled, replicas lagged) or is
+part of a stop, which is what that counter is watched for."""
 
 from __future__ import annotations
 
@@ -21,14 +26,14 @@ from antre.outages import Outages
 from antre.outcomes import Outcomes
 from antre.protocol import scripts
 from antre.protocol.fail import fail_op
-from antre.protocol.release import ReleaseOutcome, release_op
+from antre.protocol.release import ReleaseEvent, ReleaseOutcome, release_op
 from antre.protocol.unlock import unlock_op
 from antre.runs import Run
 from antre.settings import QueueSettings, WorkerSettings
 
 log = logging.getLogger("antre.worker")
 #: The history's reason for prefetched jobs a worker handed back unstarted (the work outgrew
-#: its buffer): a release, but not of a run that was going.
+#: its buffer), beside their event ``handed_back``.
 HAND_BACK_REASON: Final = "prefetched, handed back unstarted"
 
 #: Seconds a shutdown's release keeps retrying through an outage, all its calls together.
@@ -76,29 +81,41 @@ class Settler:
                       unstarted: bool = False, reason: str = "worker shutting down") -> None:
         """Shutdown: gives unfinished runs back to the queue. Runs ``still_going`` (threads that
         cannot be stopped) keep their resource lock until they return. ``unstarted`` runs
-        (prefetched, also handed back while running when the buffer outgrew the work) get
-        their attempt back however often their job was released before."""
-        released: list[ReleaseOutcome] = []
+        (prefetched) get their attempt back however often their job was released before."""
+        await self._put_back(runs, still_going=still_going, unstarted=unstarted,
+                             reason=reason, event="released", dead_error=(
+                                 "released at shutdown with no attempt left (is the grace "
+                                 "period shorter than the job?)"))
+
+    async def hand_back(self, runs: Sequence[Run]) -> None:
+        """Gives prefetched runs the work outgrew back to the head of the queue, unstarted,
+        their attempt refunded (see :func:`antre.prefetch.jobs_to_hand_back`)."""
+        await self._put_back(runs, still_going=(), unstarted=True, reason=HAND_BACK_REASON,
+                             event="handed_back", dead_error=(
+                                 "handed back after its lease expired, with no attempt left"))
+
+    async def _put_back(self, runs: Sequence[Run], *, still_going: Collection[Run],
+                        unstarted: bool, reason: str, event: ReleaseEvent,
+                        dead_error: str) -> None:
+        outcomes: list[ReleaseOutcome] = []
         deadline = time.monotonic() + RELEASE_BUDGET_S  # for every call of the release together
         for chunk in scripts.chunked(runs):
             try:
-                chunk_released = await self.outages.settle(release_op(
+                chunk_outcomes = await self.outages.settle(release_op(
                     self.queue, [run.lease for run in chunk], worker_id=self.worker_id,
-                    reason=reason,
+                    reason=reason, event=event,
                     keep_locks={run.claimed.id for run in still_going},
                     unstarted={run.claimed.id for run in chunk} if unstarted else ()),
                     budget_s=max(deadline - time.monotonic(), 0.1))
-                released += chunk_released
+                outcomes += chunk_outcomes
             except (RedisUnavailable, LeaseLost):
-                released += [None] * len(chunk)
-        for run, outcome in zip(runs, released, strict=True):
+                outcomes += [None] * len(chunk)
+        for run, outcome in zip(runs, outcomes, strict=True):
             self.held.forget(run)
             if outcome is not None and run in still_going:
                 self._keep_lock_while_going(run)
             if outcome == "dead":  # the release spent the job's last attempt
-                self.outcomes.record(run, "dead", level=logging.WARNING, error=(
-                    "released at shutdown with no attempt left (is the grace period shorter "
-                    "than the job?)"))
+                self.outcomes.record(run, "dead", level=logging.WARNING, error=dead_error)
             else:
                 self.outcomes.record(run, outcome or "lease_lost")
 
@@ -106,7 +123,8 @@ class Settler:
         """A claim whose leases cannot be trusted (its reply came back too late, Redis having
         stalled while it ran, or too few replicas confirmed it): the jobs are released
         unstarted rather than run on a lease that may be gone. What cannot be released
-        expires and is requeued by the reaper."""
+        expires and is requeued by the reaper. Counted ``released``, not ``handed_back``: a
+        sign of trouble or of a stop, never routine (see the module's docstring)."""
         log.warning("claimed jobs given back unstarted", extra={
             "worker_id": self.worker_id, "jobs": len(jobs), "reason": reason})
         for chunk in scripts.chunked(jobs):

@@ -40,7 +40,7 @@ from antre.protocol.scripts import Op
 from antre.reaper import Reaper
 from antre.runs import Run
 from antre.settings import QueueSettings, WorkerSettings
-from antre.settling import HAND_BACK_REASON, Settler
+from antre.settling import Settler
 
 if TYPE_CHECKING:  # only a worker serving metrics imports prometheus_client
     from antre.metrics import WorkerMetrics
@@ -296,8 +296,7 @@ class Worker:
     async def _hand_back(self, runs: list[Run]) -> None:
         log.debug("prefetched jobs handed back unstarted: the work outgrew the buffer",
                  extra={"worker_id": self.worker_id, "jobs": len(runs)})
-        await self.settler.release(runs, still_going=(), unstarted=True,
-                                   reason=HAND_BACK_REASON)
+        await self.settler.hand_back(runs)
 
     def _recheck_later(self) -> None:
         """Wakes the claim loop once the held jobs may be due to be handed back (one timer at

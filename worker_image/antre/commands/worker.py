@@ -33,9 +33,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     fields.add_arguments(parser, settings.WorkerSettings)
     parser.add_argument("--log-level", default=env.get("ANTRE_LOG_LEVEL", "INFO"),
                         help="INFO logs every failed, released or lost run and a 'settled' summary "
-                             "of the rest every 10 s; DEBUG adds a line per claim and per acked "
-                             "run; WARNING drops the per-job lines (process start, stop and "
-                             "signals are always logged) (env ANTRE_LOG_LEVEL; default %(default)s)")
+                             "of the rest every 10 s; DEBUG adds a line per claim, per acked run "
+                             "and per job handed back; WARNING drops the per-job lines (process "
+                             "start, stop and signals are always logged) (env ANTRE_LOG_LEVEL; "
+                             "default %(default)s)")
 
 
 def worker_settings_from_args(args: argparse.Namespace) -> settings.WorkerSettings:
