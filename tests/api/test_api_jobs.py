@@ -1,7 +1,9 @@
 """Enqueue and read jobs over HTTP.
 
 Covers: 202 queued / scheduled with Location, the idempotency key returning the existing job
-with 200, job reads with status, attempt, last_error and history, 404 for unknown jobs, stats,
+with 200, job reads with status, attempt, last_error and history (a hand-back under its own
+event, apart from a shutdown's release, in the history and the counters), 404 for unknown jobs,
+stats,
 the dead-letter list with paging and replay by ids or all, concurrent enqueues sharing script
 calls.
 """
@@ -58,6 +60,17 @@ async def test_get_job_shows_status_attempt_error_and_history(client: Any, redis
     assert (body["status"], body["attempt"], body["last_error"]) == (
         "dead", 1, "ValueError: bad address")
     assert [event["event"] for event in body["history"]] == ["enqueued", "claimed", "dead"]
+
+
+async def test_a_hand_back_is_its_own_event_in_the_history_and_the_counters(
+        client: Any, redis_client: Any) -> None:
+    handed, released = queue_states.handed_back_and_released(Queue(redis_client, "q"))
+    for job_id, event in ((handed, "handed_back"), (released, "released")):
+        body = await (await client.get(f"/v1/queues/q/jobs/{job_id}")).json()
+        assert [(e["event"], e["attempt"]) for e in body["history"]] == [
+            ("enqueued", 0), ("claimed", 1), (event, 1)]
+    body = await (await client.get("/v1/queues/q/stats")).json()
+    assert (body["counters"]["handed_back"], body["counters"]["released"]) == (1, 1)
 
 
 async def test_unknown_job_is_404(client: Any) -> None:

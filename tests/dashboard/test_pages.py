@@ -2,6 +2,7 @@
 
 Covers: the numbers on the overview and a queue page are the depth script's (what ``antre
 stats`` and the API's stats return); a job's record.json is what the API's job endpoint returns;
+a hand-back shows as its own event in a job's timeline and the queue's counters;
 a queue outside the API's scope is a 404 on every page; windows clamp the page number; search by
 job id and by idempotency key; a job whose record cannot be parsed still shows its fields; the
 security headers; Redis down is a 503 page, not a traceback, and a change Redis refuses says so;
@@ -19,6 +20,7 @@ import redis.asyncio
 from aiohttp.test_utils import TestClient, TestServer
 from antre import AsyncQueue, Queue, api, settings
 from antre.dashboard.state import DashboardSettings
+from operations import queue_states
 from registered_workers import register_earlier_worker, register_worker
 
 from dashboard.conftest import QUEUES, TOKEN, csrf_of, sign_in
@@ -75,6 +77,23 @@ async def test_record_json_is_the_apis_job(ui: TestClient[Any, Any], redis_clien
     from_api = await (await ui.get(f"/v1/queues/emails/jobs/{job_id}",
                                    headers={"Authorization": f"Bearer {TOKEN}"})).json()
     assert record == from_api and record["payload"] == {"to": "ana"}
+
+
+async def test_a_hand_back_shows_as_its_own_event(ui: TestClient[Any, Any],
+                                                  redis_client: Any) -> None:
+    """In the job's timeline (its reason not shown as an error: nothing failed) and in the
+    queue's counters, apart from a shutdown's release."""
+    handed, released = queue_states.handed_back_and_released(Queue(redis_client, "emails"))
+    await sign_in(ui)
+    for job_id, event, reason in ((handed, "handed_back", "prefetched, handed back unstarted"),
+                                  (released, "released", "worker shutting down")):
+        html = await (await ui.get(f"/ui/queues/emails/jobs/{job_id}")).text()
+        entry = re.search(rf'<li class="ev-{event}">(.*?)</li>', html, re.S)
+        assert entry, event
+        assert f"<strong>{event.replace('_', ' ')}</strong> · attempt 1" in entry.group(1)
+        assert f'<div class="muted">{reason}</div>' in entry.group(1)
+    page = await (await ui.get("/ui/queues/emails")).text()
+    assert "handed_back 1" in page and "released 1" in page
 
 
 async def test_scope_windows_and_search(ui: TestClient[Any, Any], redis_client: Any) -> None:

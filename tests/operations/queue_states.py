@@ -1,5 +1,6 @@
 """Queue states built on purpose, through the real protocol scripts, for the inspection tests
-and the API tests: a stuck lease, an overdue retry, a dead-letter burst, a held resource lock.
+and the API tests: a stuck lease, an overdue retry, a dead-letter burst, a held resource lock,
+a prefetched job handed back beside one released at shutdown.
 
 Where a state needs time to pass (a lease that expired a minute ago), the helper claims or
 fails the job for real and then moves its deadline into the past in the ZSET, which is what the
@@ -14,6 +15,8 @@ from antre import Queue, WorkerSettings
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
 from antre.protocol.fail import fail_op
+from antre.protocol.release import release_op
+from antre.settling import HAND_BACK_REASON
 
 WORKER = WorkerSettings(visibility_timeout_s=30)
 
@@ -80,3 +83,17 @@ def register_worker(queue: Queue, worker_id: str = "w-1", *, pod: str = "pod-1",
     scripts.run(queue.redis, extend_lease_op(queue.settings, [], lease_ms=30_000, worker_id=worker_id,
                                        registry_entry_json=json.dumps(entry),
                                        registry_ttl_ms=30_000))
+
+
+def handed_back_and_released(queue: Queue, *, worker_id: str = "test-worker") -> tuple[str, str]:
+    """Two jobs claimed by one worker: the first handed back unstarted (the work outgrew its
+    buffer), the second released at its shutdown, as the worker does. Returns their ids."""
+    handed, released = (result.job_id for result in queue.enqueue_many([("t", 1), ("t", 2)]))
+    leases = dict(claim(queue, 2, worker_id=worker_id))
+    assert scripts.run(queue.redis, release_op(
+        queue.settings, [(handed, leases[handed])], worker_id=worker_id, reason=HAND_BACK_REASON,
+        unstarted={handed}, event="handed_back")) == ["handed_back"]
+    assert scripts.run(queue.redis, release_op(
+        queue.settings, [(released, leases[released])], worker_id=worker_id,
+        reason="worker shutting down")) == ["released"]
+    return handed, released

@@ -4,7 +4,8 @@ purpose through the protocol scripts (see queue_states).
 Covers: a stuck lease (shown with its worker and age; doctor exits 2 with stuck_leases), an
 overdue retry (overdue_retries), a dead-letter burst grouped by last error (dead_letter_burst),
 a resource lock found by SCAN with its TTL, live workers with their last heartbeat, a healthy
-queue (exit 0), the JSON outputs, ``top --iterations`` and the two-sample trend.
+queue (exit 0), the JSON outputs, ``top --iterations`` and the two-sample trend; hand-backs
+and shutdown releases told apart in inspect's and stats' counters and ``antre job``'s history.
 """
 
 from __future__ import annotations
@@ -76,6 +77,23 @@ def test_dead_letter_burst_grouped_by_error(queue: Queue, redis_url: str, capsys
     assert code == 2
     assert "CRITICAL dead_letter_burst: 12 job(s) dead-lettered" in out
     assert "(9x): ValueError: bad address" in out
+
+
+def test_hand_backs_and_shutdown_releases_are_told_apart(queue: Queue, redis_url: str,
+                                                        capsys: Any) -> None:
+    """In the counters of inspect and stats, and in a job's history."""
+    handed, released = queue_states.handed_back_and_released(queue)
+    _, out = run(capsys, redis_url, "inspect")
+    assert "handed_back=1" in out and "released=1" in out
+    assert cli.main(["stats", "--redis-url", redis_url, "--queue", "q", "--json"]) == 0
+    counters = json.loads(capsys.readouterr().out)["counters"]
+    assert (counters["handed_back"], counters["released"]) == (1, 1)
+    for job_id, event, reason in ((handed, "handed_back", "prefetched, handed back unstarted"),
+                                  (released, "released", "worker shutting down")):
+        assert cli.main(["job", "--redis-url", redis_url, "--queue", "q", job_id]) == 0
+        [line] = [line for line in capsys.readouterr().out.splitlines()
+                  if line.split()[2:3] == [event]]
+        assert "attempt=1" in line and f"error={reason}" in line
 
 
 def test_backlog_without_workers(queue: Queue, redis_url: str, capsys: Any) -> None:

@@ -1,9 +1,10 @@
 """Metrics read from Redis (the depth collector) and counted by the worker.
 
-Covers: depth by state, oldest-ready age, live workers, queue-wide counters and lock contention
-from a sync Queue on each scrape; the asyncio refresh and ``antre_queue_depth_up`` 0 when Redis
-is unreachable; and a real ``antre worker --metrics-port`` process whose /metrics shows the depth
-series and a processing-duration histogram that counts failed runs as well as successful ones.
+Covers: depth by state, oldest-ready age, live workers, queue-wide counters (hand-backs apart
+from shutdown releases) and lock contention from a sync Queue on each scrape; the asyncio
+refresh and ``antre_queue_depth_up`` 0 when Redis is unreachable; and a real ``antre worker
+--metrics-port`` process whose /metrics shows the depth series and a processing-duration
+histogram that counts failed runs as well as successful ones.
 """
 
 from __future__ import annotations
@@ -130,3 +131,15 @@ def test_worker_metrics_endpoint(redis_client: Any, redis_url: str, tmp_path: Pa
         worker.terminate()
         _, stderr = worker.communicate(timeout=30)
     assert worker.returncode == 0, stderr.decode()[-2000:]
+
+
+def test_hand_backs_are_counted_apart_from_shutdown_releases(redis_client: Any) -> None:
+    """``released`` is what shows scale-downs and grace periods too short; routine hand-backs
+    of prefetched jobs are their own series and must not grow it."""
+    queue = Queue(redis_client, "q")
+    queue_states.handed_back_and_released(queue)
+    registry = CollectorRegistry()
+    registry.register(DepthCollector([queue]))
+    text = scrape(registry)
+    assert 'antre_queue_events_total{event="handed_back",queue="q"} 1.0' in text
+    assert 'antre_queue_events_total{event="released",queue="q"} 1.0' in text

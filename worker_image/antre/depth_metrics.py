@@ -31,7 +31,8 @@ log = logging.getLogger("antre.metrics")
 
 #: Counters of the queue's stats hash that become ``antre_queue_events_total{event=...}``.
 EVENTS: Final = ("enqueued", "done", "retried", "dead", "duplicate", "lock_deferred",
-                 "lease_expired", "released", "replayed", "purged", "cancelled", "dead_expired")
+                 "lease_expired", "released", "handed_back", "replayed", "purged", "cancelled",
+                 "dead_expired")
 
 _UNREACHABLE = (errors.RedisUnavailable, ConnectionError, TimeoutError)
 
