@@ -22,7 +22,6 @@ from typing import Any
 
 import antre
 from antre.jobs import HistoryEvent, JobInfo
-from antre.settling import HAND_BACK_REASON
 from redis_servers import wait_until
 
 from .audit import Request
@@ -244,11 +243,10 @@ class Autoscaled:
 
 def events(job: JobInfo, *names: str) -> list[HistoryEvent]:
     """The job's history events with these names (all when none given), oldest first. A
-    prefetched job a worker handed back unstarted (its claim and that release) is left out:
-    it never ran there, so it is neither a run nor an interruption."""
+    prefetched job a worker handed back unstarted (``handed_back`` and the claim it undid) is
+    left out: it never ran there, so it is neither a run nor an interruption (``released``)."""
     history = list(job.history)
-    handed_back = {i for i, e in enumerate(history)
-                   if e.event == "released" and e.error == HAND_BACK_REASON}
+    handed_back = {i for i, e in enumerate(history) if e.event == "handed_back"}
     claims_undone = {max(j for j in range(i) if history[j].event == "claimed")
                      for i in handed_back}
     return [e for i, e in enumerate(history) if i not in handed_back | claims_undone
