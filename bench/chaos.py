@@ -248,10 +248,10 @@ def analyse(report: ChaosReport, r: Any, settings: antre.QueueSettings, ids: lis
         if any(count > claims.get(attempt, 0) for attempt, count in run_attempts.items()):
             report.runs_without_lease.append(job_id)
         # Every claim ended exactly once, and the attempt counter is claims minus refunds (a
-        # release refunds the attempt, unless it came after the lease's deadline).
+        # release or a hand-back refunds the attempt, unless it came after the lease's deadline).
         ended = (kinds["acked"] + kinds["retrying"] + kinds["dead"] + kinds["lease_expired"]
-                 + kinds["released"])
-        refunds = sum(1 for e in events if e.event == "released"
+                 + kinds["released"] + kinds["handed_back"])
+        refunds = sum(1 for e in events if e.event in ("released", "handed_back")
                       and "the attempt counts" not in (e.error or ""))
         if (ended != sum(claims.values()) or int(fields.get("attempt", -1))
                 != sum(claims.values()) - refunds):
