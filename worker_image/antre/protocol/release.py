@@ -21,8 +21,9 @@ from antre.settings import QueueSettings
 #: Releases per job that do not spend an attempt.
 FREE_RELEASES: Final = 3
 
-#: The history event and stats counter of a release: a shutdown's (or a claim given back), or
-#: prefetched jobs handed back unstarted because the work outgrew the buffer.
+#: The history event and stats counter of a release: runs a shutdown or a late renewal
+#: interrupted, or a claim given back (``released``), or prefetched jobs handed back unstarted
+#: because the work outgrew the buffer (``handed_back``).
 ReleaseEvent = Literal["released", "handed_back"]
 
 #: What a release did to each job: back in the queue (under the call's event), dead-lettered (a
