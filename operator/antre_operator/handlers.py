@@ -44,7 +44,7 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, ours: settings.Operator
     """The kopf settings this operator relies on (see docs/operator.md)."""
     # Our own finalizer and annotations, never status.kopf: the CRD schema is structural and
     # would prune unknown status fields.
-    kopf_settings.persistence.finalizer = "antre.dev/operator"
+    kopf_settings.persistence.finalizer = settings.FINALIZER
     kopf_settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="antre.dev")
     kopf_settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="antre.dev", key="last-handled-configuration")

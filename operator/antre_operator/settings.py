@@ -20,6 +20,9 @@ GROUP: Final = "antre.dev"
 VERSION: Final = "v1alpha1"
 PLURAL: Final = "jobqueues"
 KIND: Final = "JobQueue"
+#: The finalizer kopf puts on every JobQueue it serves (kopf daemons need one), removed once
+#: the JobQueue's daemon has stopped.
+FINALIZER: Final = "antre.dev/operator"
 
 #: Labels put on every child, and the selector parts the operator relies on.
 LABEL_NAME: Final = "app.kubernetes.io/name"

@@ -1,0 +1,137 @@
+"""``python -m antre_operator.uninstall``: delete one JobQueue and wait until it is gone.
+
+    python -m antre_operator.uninstall --namespace NS --name NAME [--timeout SECONDS]
+
+The Helm chart's pre-delete hook runs it (in the operator image) for the chart's own example
+JobQueue. Every JobQueue carries the operator's finalizer, and ``helm uninstall`` deletes
+custom resources last, after the operator and its RBAC: deleting the example first, while the
+operator still runs to remove its finalizer, is what lets a plain uninstall leave nothing
+Terminating.
+
+Exit 0 once the JobQueue no longer exists (one already gone counts); otherwise exit 1 with one
+line on stderr naming the JobQueue and what went wrong (refused, unreachable, still there at the
+deadline), which the pod's termination message carries to ``kubectl describe``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, Final
+
+import kubernetes
+
+from antre_operator import kube, settings
+
+#: Seconds between two reads while the JobQueue is Terminating: the operator needs about one
+#: reconcile pass to remove its finalizer, so a second is quick enough and costs the API little.
+POLL_INTERVAL_S: Final = 1.0
+#: Bound on one request; the overall deadline bounds the whole run.
+REQUEST_TIMEOUT_S: Final = 10.0
+#: Answers worth asking again before the deadline: no answer, and the API server's own trouble.
+#: A refusal (403) or a bad request will not change by waiting.
+TRANSIENT: Final = frozenset({0, 429, 500, 502, 503, 504})
+
+
+class UninstallFailed(Exception):
+    """The JobQueue could not be deleted, or was still there at the deadline."""
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m antre_operator.uninstall",
+        description="Delete one JobQueue and wait until it is gone (the Helm chart's "
+                    "pre-delete hook for its example JobQueue).")
+    parser.add_argument("--namespace", required=True, help="the JobQueue's namespace")
+    parser.add_argument("--name", required=True, help="the JobQueue's name")
+    parser.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                        help="give up (exit 1) if it still exists after this long (default 120)")
+    args = parser.parse_args(argv)
+    if args.timeout <= 0:
+        parser.error("--timeout must be positive")
+    return args
+
+
+def _what(namespace: str, name: str) -> str:
+    return f"{settings.KIND} {namespace}/{name}"
+
+
+def _why_still_there(obj: dict[str, Any]) -> str:
+    """What keeps a deleted JobQueue: its finalizers, and which one is the operator's."""
+    finalizers = list((obj.get("metadata") or {}).get("finalizers") or [])
+    if not finalizers:
+        return "it still exists"
+    hint = ("; is the antre operator running and watching this namespace?"
+            if settings.FINALIZER in finalizers else "")
+    return f"still Terminating with finalizers {', '.join(map(str, finalizers))}{hint}"
+
+
+async def delete_and_wait(client: kube.KubeClient, namespace: str, name: str, *,
+                          timeout_s: float) -> bool:
+    """Delete the JobQueue and wait until that object is gone: True when this call deleted
+    it, False when it did not exist. A JobQueue of the same name made meanwhile (another uid) is
+    someone else's and left alone. Raises :class:`UninstallFailed`."""
+    deadline = time.monotonic() + timeout_s
+    what = _what(namespace, name)
+    uid: str | None = None
+    deleted = False
+    last: dict[str, Any] | None = None
+    last_error: kube.KubeError | None = None
+    while True:
+        try:
+            if not deleted:
+                live = await client.get(settings.KIND, namespace, name)
+                if live is None:
+                    return False
+                uid = str(live["metadata"]["uid"])
+                if not await client.delete(settings.KIND, namespace, name):
+                    return False  # someone else deleted it since the read
+                deleted = True
+            last = await client.get(settings.KIND, namespace, name)
+            if last is None or str(last["metadata"]["uid"]) != uid:
+                return True
+            last_error = None
+        except kube.KubeError as exc:
+            if exc.status not in TRANSIENT:
+                action = "read or delete" if not deleted else "read"
+                raise UninstallFailed(f"cannot {action} {what}: {exc}") from None
+            last_error = exc
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            if last_error is not None:
+                raise UninstallFailed(f"{what}: no answer after {timeout_s:g} s: {last_error}")
+            assert last is not None
+            raise UninstallFailed(
+                f"{what} was not deleted within {timeout_s:g} s: {_why_still_there(last)}")
+        await asyncio.sleep(min(POLL_INTERVAL_S, remaining))
+
+
+async def run(namespace: str, name: str, *, timeout_s: float) -> str:
+    """What happened, as the line to print; raises :class:`UninstallFailed`."""
+    try:
+        client = kube.KubeClient(timeout_s=REQUEST_TIMEOUT_S)
+    except kubernetes.config.ConfigException as exc:
+        raise UninstallFailed(f"cannot delete {_what(namespace, name)}: no Kubernetes "
+                              f"credentials: {exc}") from None
+    try:
+        deleted = await delete_and_wait(client, namespace, name, timeout_s=timeout_s)
+    finally:
+        await client.close()
+    return f"{_what(namespace, name)} {'deleted' if deleted else 'was already gone'}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        print(asyncio.run(run(args.namespace, args.name, timeout_s=args.timeout)), flush=True)
+    except UninstallFailed as exc:
+        print(f"antre uninstall hook: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
