@@ -71,11 +71,22 @@ def test_notes_show_how_to_run_a_job_on_the_example(helm: str, tmp_path: Path) -
                "send_email '{\"to\": \"ana@example.com\"}'")
     assert enqueue in text
     assert "exec deploy/example-worker -- antre job <the id printed above>" in text
-    # Before helm uninstall: the example carries the operator's finalizer (docs/helm.md).
-    assert f"kubectl --namespace {NAMESPACE} delete jobqueue example --wait" in text
+    # The example carries the operator's finalizer: the pre-delete hook deletes it first,
+    # users' own JobQueues are theirs to delete (docs/helm.md, "Uninstalling").
+    assert "`helm uninstall` deletes the example first (a pre-delete hook)" in text
+    assert "Delete your own JobQueues yourself before uninstalling" in text
+    assert "delete jobqueue example" not in text
     own = {"redis": {"enabled": True}, "exampleJobQueue": {
         "enabled": True, "spec": {"worker": {"handlers": "myapp.jobs", "image": "mine:1"}}}}
     assert "antre enqueue" not in notes(helm, tmp_path, own)  # not for handlers we do not know
+
+
+def test_notes_without_the_uninstall_hook_say_to_delete_the_example(helm: str,
+                                                                     tmp_path: Path) -> None:
+    example = {"enabled": True, "uninstallHook": {"enabled": False}}
+    text = notes(helm, tmp_path, {"redis": {"enabled": True}, "exampleJobQueue": example})
+    assert f"kubectl --namespace {NAMESPACE} delete jobqueue example --wait" in text
+    assert "pre-delete hook" not in text
 
 
 def test_notes_show_how_to_open_the_dashboard(helm: str, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .helm_runner import Rendering
+from .helm_runner import FULLNAME, Rendering
 
 ALLOWED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
                         "persistentVolumeClaim", "projected", "secret"}
@@ -92,14 +92,18 @@ def test_writable_paths_are_volumes(rendering: Rendering) -> None:
             assert "/tmp" in mounts, f"{where}/{c['name']} has no writable /tmp"
 
 
-def test_only_the_operator_mounts_an_api_token(rendering: Rendering) -> None:
-    """No pod automounts a token (the operator's ServiceAccount does not either, so a pod that
-    names it gets none); the operator mounts its own through a projected volume."""
+# The pods that talk to the API server: the operator, and the hook deleting the example.
+API_CLIENTS = (f"Deployment/{FULLNAME}-operator", f"Job/{FULLNAME}-example-uninstall")
+
+
+def test_only_api_clients_mount_an_api_token(rendering: Rendering) -> None:
+    """No pod automounts a token (the ServiceAccounts do not either, so a pod that names one
+    gets none); the operator and the uninstall hook mount theirs through a projected volume."""
     for where, pod in rendering.pod_specs():
         assert pod.get("automountServiceAccountToken") is False, where
         projected = [source for volume in pod.get("volumes") or []
                      for source in (volume.get("projected") or {}).get("sources") or []
                      if "serviceAccountToken" in source]
-        assert bool(projected) is ("operator" in where), where
+        assert bool(projected) is (where in API_CLIENTS), where
     for account in rendering.of_kind("ServiceAccount"):
         assert account["automountServiceAccountToken"] is False

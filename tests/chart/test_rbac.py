@@ -1,9 +1,10 @@
-"""The operator's RBAC: least privilege, per mode.
+"""The chart's RBAC: least privilege, per mode.
 
 Aspects: cluster-wide mode renders one ClusterRole + binding and no Role; namespaced mode renders
 a Role + RoleBinding per watched namespace and a ClusterRole limited to read-only observation of
 CRDs and namespaces; peering rules only with more than one replica; no wildcards anywhere;
-Secrets are only read by name; every rule is one the operator's code paths need.
+Secrets are only read by name; every rule is one the operator's code paths need. The example's
+uninstall hook may only get and delete the example itself, by name, in the release namespace.
 """
 
 from __future__ import annotations
@@ -103,6 +104,36 @@ def test_no_wildcards_and_secrets_read_by_name_only(rendered: Render) -> None:
             assert "*" not in (group, resource, verb), role["metadata"]["name"]
             if resource == "secrets":
                 assert verb == "get", "list/watch on secrets would read every password"
+
+
+HOOK = f"{FULLNAME}-example-uninstall"
+
+
+@pytest.mark.parametrize("values", [
+    pytest.param({}, id="cluster-wide"),
+    pytest.param({"operator": {"watchNamespaces": ["team-a"]}}, id="namespaced"),
+])
+def test_uninstall_hook_may_only_get_and_delete_the_example(rendered: Render,
+                                                           values: dict[str, Any]) -> None:
+    """antre_operator.uninstall deletes the example, then reads it until it is gone: nothing
+    else, and no other JobQueue (list and watch cannot be limited to one name)."""
+    rendering = rendered({**values, "redis": {"enabled": True},
+                          "exampleJobQueue": {"enabled": True, "name": "demo"}})
+    role = rendering.one("Role", HOOK)
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [{"apiGroups": ["antre.dev"], "resources": ["jobqueues"],
+                              "resourceNames": ["demo"], "verbs": ["get", "delete"]}]
+    binding = rendering.one("RoleBinding", HOOK)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": HOOK}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": HOOK,
+                                    "namespace": NAMESPACE}]
+    job = rendering.one("Job", HOOK)
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == HOOK
+    # The hook's account is its own: the operator's rights are not lent to it.
+    assert rendering.one("ServiceAccount", HOOK)["automountServiceAccountToken"] is False
+    assert HOOK not in {s["name"] for b in rendering.of_kind("ClusterRoleBinding")
+                        for s in b["subjects"]}
 
 
 def test_rbac_can_be_left_to_the_cluster_admin(rendered: Render) -> None:

@@ -38,6 +38,8 @@ VALUES = yaml.safe_load(VALUES_PATH.read_text())
                      id="namespace-not-dns"),
         pytest.param("redis.persistence.size=lots", "/redis/persistence/size", id="bad-quantity"),
         pytest.param("redis.image.digest=latest", "/redis/image/digest", id="bad-digest"),
+        pytest.param("exampleJobQueue.uninstallHook.timeoutSeconds=0", "minimum: got 0, want 1",
+                     id="no-time-to-uninstall"),
     ],
 )
 def test_bad_values_are_rejected(helm: str, tmp_path: Path, setting: str, message: str) -> None:
@@ -79,7 +81,7 @@ def leaves(values: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 
 # Maps whose keys are user data (labels, resources, a JobQueue spec), not chart settings.
 FREE_FORM = {"operator.resources", "redis.resources", "redis.sentinel.resources",
-             "exampleJobQueue.spec"}
+             "exampleJobQueue.spec", "exampleJobQueue.uninstallHook.resources"}
 
 
 def schema_at(path: str) -> dict[str, Any]:

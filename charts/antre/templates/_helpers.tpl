@@ -100,6 +100,32 @@ seccompProfile:
 {{- end }}
 
 {{/*
+The volume automountServiceAccountToken would mount, for the pods that talk to the API server
+(their ServiceAccounts do not automount, so no other pod naming them gets a token): a bound
+token the kubelet rotates (the client re-reads it), the cluster's CA and the namespace. Mount it
+at /var/run/secrets/kubernetes.io/serviceaccount, where the in-cluster client looks.
+*/}}
+{{- define "antre.kubeApiAccessVolume" -}}
+- name: kube-api-access
+  projected:
+    defaultMode: 0444
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: 3607
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - key: ca.crt
+              path: ca.crt
+      - downwardAPI:
+          items:
+            - path: namespace
+              fieldRef:
+                fieldPath: metadata.namespace
+{{- end }}
+
+{{/*
 The operator's ServiceAccount name.
 */}}
 {{- define "antre.operator.serviceAccountName" -}}
@@ -283,6 +309,17 @@ twice is refused, so that no value is silently ignored.
 {{- else }}
 {{- toYaml (dict "name" (include "antre.example.apiTokenSecretName" .) "key" "token") }}
 {{- end }}
+{{- end }}
+
+{{/*
+The annotations of the example's uninstall hook objects. Call with the hook weight: helm creates
+hooks of a lower weight first (ServiceAccount and Role, the RoleBinding, then the Job), and
+deletes them all once the Job has succeeded or before the next try.
+*/}}
+{{- define "antre.example.uninstallHook" -}}
+helm.sh/hook: pre-delete
+helm.sh/hook-weight: {{ . | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end }}
 
 {{/*
