@@ -26,11 +26,20 @@ the ReplicaSet controller decides which pods exist, and each worker pod is a rea
   waits up to ``deletionGracePeriodSeconds``, sends SIGKILL if it still runs, then deletes the
   pod with grace period 0 (uid precondition), as a kubelet does.
 
+* **API access.** A container that mounts a projected ``serviceAccountToken`` volume (the
+  chart's ``kube-api-access``, what ``automountServiceAccountToken`` would mount) gets what a
+  client in it would read there, as a kubeconfig named by ``KUBECONFIG`` (a local process
+  cannot see ``/var/run/secrets``; the Kubernetes client falls back to it): the API server, its
+  CA and a token of the pod's ServiceAccount bound to the pod, asked of the TokenRequest API as
+  the Node (the Node authorizer allows it only for the ServiceAccount of a pod bound to it).
+
 What it does not emulate: images (every container runs this checkout's code from the test's
-virtual environment: ``command[0]`` is looked up in its ``bin/`` first, the image's
-environment is ``PYTHONUNBUFFERED``/``PYTHONDONTWRITEBYTECODE`` as in worker_image/Dockerfile,
-its working directory is a fresh directory per pod); liveness and startup probes; resource
-requests and limits (nothing is throttled or OOM-killed); volumes (mounts are ignored);
+virtual environment: ``command[0]`` is looked up in its ``bin/`` first, ``PYTHONPATH`` names
+this checkout's packages (the environment's editable install may point at another worktree),
+the image's environment is ``PYTHONUNBUFFERED``/``PYTHONDONTWRITEBYTECODE`` as in
+worker_image/Dockerfile, its working directory is a fresh directory per pod); liveness and
+startup probes; resource requests and limits (nothing is throttled or OOM-killed); volumes
+(mounts are ignored, but for the service-account token above);
 ``securityContext`` (processes run as the test's user); init containers and more than one
 container per pod; pod networking (pods share this machine's loopback, so each pod gets a free
 local port for the worker's metrics port and ``ANTRE_METRICS_PORT`` says which); Node heartbeats,
@@ -59,13 +68,16 @@ from typing import Any, Final
 
 from redis_servers import free_port
 
+from . import kubeconfigs
 from .api_users import ApiError, ApiUser
-from .control_plane import ControlPlane
+from .control_plane import REPO_ROOT, ControlPlane
 from .processes import LoggedProcess
 
 NODE_NAME: Final = "antre-e2e-node"
-#: What the worker image's Dockerfile puts in every container's environment.
-IMAGE_ENV: Final = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+#: What the worker image's Dockerfile puts in every container's environment, and this
+#: checkout's code where the images install the package.
+IMAGE_ENV: Final = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
+                    "PYTHONPATH": f"{REPO_ROOT / 'worker_image'}:{REPO_ROOT / 'operator'}"}
 #: The worker listens on the port this variable names (its only listening port).
 PORT_VARIABLE: Final = "ANTRE_METRICS_PORT"
 #: The kubelet's restart back-off: the first restart at once, then 10 s doubling to 300 s.
@@ -87,7 +99,7 @@ class ContainerConfigError(Exception):
 
 
 class NodeNotYetAuthorized(ContainerConfigError):
-    """The Node authorizer refused a Secret or ConfigMap of a pod just bound: its graph of pods
+    """The Node authorizer refused a Secret, ConfigMap or token of a pod just bound: its graph
     has not seen the binding yet. A kubelet's object cache waits for it (the pod stays
     ``ContainerCreating``), so for ``AUTHORIZER_GRACE_S`` this is not reported as an error."""
 
@@ -184,6 +196,7 @@ class TestKubelet:
         self.selector = selector
         self.node_kubeconfig = plane.user_kubeconfig(f"system:node:{NODE_NAME}", ["system:nodes"])
         self.node = ApiUser(self.node_kubeconfig)
+        self.server, self.ca = plane.server, plane.ca.pair.cert
         self.scheduler = ApiUser(plane.user_kubeconfig("system:kube-scheduler"))
         self.bin_dir = Path(sys.executable).parent
         self.events: list[KubeletEvent] = []
@@ -451,7 +464,42 @@ class TestKubelet:
                 raise ContainerConfigError(f"env {entry['name']}: {sorted(source)} not emulated")
         if container.get("envFrom"):
             raise ContainerConfigError("envFrom is not emulated")
+        kubeconfig = self._api_access(pod, container)
+        if kubeconfig is not None:
+            env["KUBECONFIG"] = str(kubeconfig)
         return env
+
+    def _api_access(self, pod: Mapping[str, Any], container: Mapping[str, Any]) -> Path | None:
+        """The kubeconfig standing in for a mounted service-account token volume (see the
+        module docstring), None when the container mounts none."""
+        mounted = {mount["name"] for mount in container.get("volumeMounts") or []}
+        source = next((s["serviceAccountToken"] for volume in pod["spec"].get("volumes") or []
+                       if volume["name"] in mounted
+                       for s in (volume.get("projected") or {}).get("sources") or []
+                       if "serviceAccountToken" in s), None)
+        if source is None:
+            return None
+        meta = pod["metadata"]
+        account = pod["spec"].get("serviceAccountName") or "default"
+        spec: dict[str, Any] = {
+            "expirationSeconds": int(source.get("expirationSeconds", 3600)),
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                               "uid": meta["uid"]}}
+        if source.get("audience"):
+            spec["audiences"] = [source["audience"]]
+        what = f"a token of serviceaccount {meta['namespace']}/{account}"
+        try:
+            answer = self.node.request(
+                "POST", f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{account}/token",
+                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+        except ApiError as exc:
+            if exc.status == 403:
+                raise NodeNotYetAuthorized(f"{what}: {exc}") from None
+            raise ContainerConfigError(f"{what}: {exc}") from None
+        return kubeconfigs.write(
+            self.workdir / "pods" / meta["uid"] / "kube-api-access.kubeconfig",
+            server=self.server, ca=self.ca, namespace=meta["namespace"],
+            user=kubeconfigs.token_user(answer["status"]["token"]))
 
     def _key_ref(self, namespace: str, source: Mapping[str, Any]) -> str | None:
         secret = "secretKeyRef" in source
