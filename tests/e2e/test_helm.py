@@ -13,23 +13,32 @@ Aspects covered:
 * ``kubectl apply -f crds/`` then ``helm upgrade`` with other values is accepted and takes
   effect; ``helm uninstall`` removes every object of the release and keeps the CRDs;
 * every value variant the chart tests render (tests/chart/helm_runner.py) is accepted by the
-  API server as a whole (``kubectl apply --dry-run=server``: schemas, CEL rules, RBAC objects).
+  API server as a whole (``kubectl apply --dry-run=server``: schemas, CEL rules, RBAC objects,
+  the uninstall hook's objects);
+* with the example JobQueue and a running operator, a plain ``helm uninstall`` leaves nothing:
+  the pre-delete hook (its Job's pod run by the test kubelet, with a token of the hook's own
+  ServiceAccount) deletes the example first and is deleted itself; without an operator to
+  release the example, the hook fails with one line saying why and the release stays.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from antre_operator.settings import FINALIZER
 from chart.helm_runner import VARIANTS
 from redis_servers import RedisServer, wait_until
 
 from .cluster import Cluster
-from .installs import helm_install, read_install, release_objects, values_file
+from .installs import Install, helm_install, read_install, release_objects, values_file
+from .kubelet import TestKubelet
 from .operator_process import OperatorProcess
 from .serving import SETTLE_S
 
@@ -156,7 +165,9 @@ def test_quick_start_install(cluster: Cluster, crds: None, tmp_path: Path) -> No
         assert example is not None
         assert example["spec"]["reaper"]["schedule"] == "* * * * *", "CRD defaults applied"
     finally:
-        cluster.helm("uninstall", release, "--namespace", namespace, "--wait")
+        # No kubelet runs the example's uninstall hook here (test_plain_uninstall_... does),
+        # and no operator put its finalizer on the example.
+        cluster.helm("uninstall", release, "--namespace", namespace, "--wait", "--no-hooks")
         cluster.delete_namespace(namespace)
 
 
@@ -223,47 +234,128 @@ def test_install_with_the_longest_release_name(cluster: Cluster, crds: None,
         cluster.wait_for("pod", f"{redis}-0", namespace, timeout_s=SETTLE_S,
                          what="the Redis pod the StatefulSet controller creates")
     finally:
-        cluster.helm("uninstall", release, "--namespace", namespace, "--wait", check=False)
+        # No kubelet runs the example's uninstall hook, no operator finalizes the example.
+        cluster.helm("uninstall", release, "--namespace", namespace, "--wait", "--no-hooks",
+                     check=False)
         cluster.delete_namespace(namespace)
 
 
 
-def test_uninstall_as_documented_leaves_nothing_behind(cluster: Cluster, crds: None,
-                                                       tmp_path: Path) -> None:
-    """docs/helm.md and NOTES: delete the example JobQueue, then ``helm uninstall``. The example
-    carries the operator's finalizer, which only the operator removes with the release's RBAC,
-    so it must go first (uninstalling first left it Terminating for good: the operator's
-    patches were refused once helm had taken its RBAC). Done in that order, nothing is left:
-    the JobQueue, its workers, the release's objects."""
-    release, namespace = "antre-bye", "antre-bye-system"
+#: The pods of the example's pre-delete hook (the chart's Job), which the test kubelet runs.
+HOOK_PODS = "app.kubernetes.io/component=example-uninstall"
+
+
+@contextlib.contextmanager
+def example_served(cluster: Cluster, release: str, namespace: str, workdir: Path,
+                   **example: Any) -> Iterator[tuple[Install, OperatorProcess | None]]:
+    """The chart with its example JobQueue (more ``exampleJobQueue`` values in ``example``);
+    the test kubelet runs the hook's pod in the release namespace. The operator is the test's
+    to start (a local process: the chart's replicaCount is 0); at the end whatever a failed test
+    left is cleaned up: the finalizer, the release (without hooks), the namespace."""
     server = RedisServer("--maxmemory-policy", "noeviction").start()
-    values = {"operator": {"replicaCount": 0},  # the operator runs here as a local process
-              "exampleJobQueue": {"enabled": True, "spec": {"redis": {"url": server.url}}}}
-    operator: OperatorProcess | None = None
+    values = {"operator": {"replicaCount": 0},
+              "exampleJobQueue": {"enabled": True, "spec": {"redis": {"url": server.url}},
+                                  **example}}
+    kubelet: TestKubelet | None = None
     try:
-        install = helm_install(cluster, release, namespace, workdir=tmp_path, values=values)
-        operator = OperatorProcess(
-            cluster.service_account_kubeconfig(install.namespace, install.service_account),
-            tmp_path / "operator.log", install.operator_args(), extra_env=install.operator_env())
-        operator.start()
-        cluster.wait_for("jobqueue", "example", namespace, timeout_s=SETTLE_S,
-                         what="the operator's finalizer on the example",
-                         until=lambda jq: "antre.dev/operator" in jq["metadata"].get(
-                             "finalizers", []))
-        cluster.wait_for("deployment", "example-worker", namespace, timeout_s=SETTLE_S,
-                         what="the example's workers", until=lambda deployment: True)
-        cluster.kubectl("delete", "jobqueue", "example", "-n", namespace, "--wait")
-        cluster.wait_gone("jobqueue", "example", namespace, timeout_s=SETTLE_S)
-        cluster.helm("uninstall", release, "--namespace", namespace, "--wait")
-        cluster.wait_gone("deployment", "example-worker", namespace, timeout_s=SETTLE_S)
-        assert cluster.kubectl("get", "jobqueues", "-n", namespace, "-o", "name").stdout == ""
-        assert cluster.helm("list", "-n", namespace, "-q").stdout.strip() == ""
+        install = helm_install(cluster, release, namespace, workdir=workdir, values=values)
+        # The hook's pod must pass the "restricted" Pod Security admission, as the chart's
+        # other pods do.
+        cluster.kubectl("label", "namespace", namespace,
+                        "pod-security.kubernetes.io/enforce=restricted")
+        if cluster.control_plane is not None:
+            kubelet = TestKubelet(cluster.control_plane, workdir / "kubelet", [namespace],
+                                  selector=HOOK_PODS).start()
+        yield install, kubelet
+        if kubelet is not None:
+            assert not kubelet.errors(), kubelet.errors()
     finally:
-        if operator is not None:
-            operator.stop(timeout_s=15)
+        if kubelet is not None:
+            kubelet.stop()
         if cluster.get("jobqueue", "example", namespace) is not None:
             cluster.kubectl("patch", "jobqueue", "example", "-n", namespace, "--type=merge",
                             "-p", '{"metadata":{"finalizers":null}}', check=False)
-        cluster.helm("uninstall", release, "--namespace", namespace, check=False)
+        cluster.helm("uninstall", release, "--namespace", namespace, "--no-hooks", check=False)
         cluster.delete_namespace(namespace)
         server.stop()
+
+
+def hook_log(kubelet: TestKubelet | None, namespace: str) -> list[str]:
+    """The output of every run of the hook's pod, line by line."""
+    if kubelet is None:
+        return []
+    return [line for run in kubelet.runs(namespace, gone=True)
+            for line in kubelet.log(namespace, run.name).splitlines()]
+
+
+def test_plain_uninstall_leaves_nothing_behind(cluster: Cluster, crds: None,
+                                               tmp_path: Path) -> None:
+    """The example carries the operator's finalizer, which only the operator removes with the
+    release's RBAC, and helm deletes custom resources last: a plain ``helm uninstall`` used to
+    leave it Terminating for good. The chart's pre-delete hook deletes it first, while the
+    operator runs; then nothing is left: the JobQueue, its workers, the release's objects, the
+    hook's own Job, ServiceAccount, Role and RoleBinding."""
+    release, namespace = "antre-bye", "antre-bye-system"
+    hook = f"{release}-example-uninstall"
+    operator: OperatorProcess | None = None
+    with example_served(cluster, release, namespace, tmp_path) as (install, kubelet):
+        operator = OperatorProcess(
+            cluster.service_account_kubeconfig(install.namespace, install.service_account),
+            tmp_path / "operator.log", install.operator_args(), extra_env=install.operator_env())
+        try:
+            operator.start()
+            cluster.wait_for("jobqueue", "example", namespace, timeout_s=SETTLE_S,
+                             what="the operator's finalizer on the example",
+                             until=lambda jq: FINALIZER in jq["metadata"].get("finalizers", []))
+            cluster.wait_for("deployment", "example-worker", namespace, timeout_s=SETTLE_S,
+                             what="the example's workers", until=lambda deployment: True)
+            cluster.helm("uninstall", release, "--namespace", namespace, "--wait",
+                         "--timeout=180s", timeout_s=240)
+            # helm waited for the hook, and the hook for the example: it is gone already.
+            assert cluster.get("jobqueue", "example", namespace) is None
+            assert cluster.kubectl("get", "jobqueues", "-n", namespace, "-o", "name").stdout == ""
+            cluster.wait_gone("deployment", "example-worker", namespace, timeout_s=SETTLE_S)
+            for kind in ("job", "serviceaccount", "role", "rolebinding"):
+                cluster.wait_gone(kind, hook, namespace, timeout_s=SETTLE_S)
+            assert cluster.helm("list", "-n", namespace, "-q").stdout.strip() == ""
+            assert operator.forbidden() == []
+        finally:
+            operator.stop(timeout_s=15)
+        if kubelet is not None:
+            assert f"JobQueue {namespace}/example deleted" in hook_log(kubelet, namespace)
+            assert [e.detail for e in kubelet.events_of(namespace, "exited")] == [
+                "exit code 0"]
+
+
+def test_uninstall_hook_reports_an_example_it_cannot_delete(cluster: Cluster, crds: None,
+                                                           tmp_path: Path) -> None:
+    """No operator to remove the finalizer (stopped, or not watching the namespace): the hook
+    gives up at its timeout with one line naming the example and why, ``helm uninstall`` fails
+    and the release stays, for the user to start the operator and try again."""
+    if cluster.control_plane is None:
+        pytest.skip("runs the hook's pod with the test kubelet")
+    release, namespace = "antre-stuck", "antre-stuck-system"
+    with example_served(cluster, release, namespace, tmp_path,
+                        uninstallHook={"timeoutSeconds": 2}) as (_, kubelet):
+        # The operator's finalizer, as it left it when it stopped.
+        cluster.kubectl("patch", "jobqueue", "example", "-n", namespace, "--type=merge",
+                        "-p", json.dumps({"metadata": {"finalizers": [FINALIZER]}}))
+        result = cluster.helm("uninstall", release, "--namespace", namespace, "--wait",
+                              "--timeout=120s", check=False, timeout_s=180)
+        assert result.returncode != 0
+        # helm names the hook's Job and its failure; the Job's pods say why (below).
+        hook = f"{release}-example-uninstall"
+        assert f"Job/{namespace}/{hook}" in result.stderr, result.stderr
+        assert "Failed" in result.stderr, result.stderr
+        assert cluster.helm("status", release, "-n", namespace, check=False).returncode == 0
+        example = cluster.get("jobqueue", "example", namespace)
+        assert example is not None and example["metadata"].get("deletionTimestamp")
+        log = hook_log(kubelet, namespace)
+        assert log, "the hook's pod never ran"
+        expected = (f"antre uninstall hook: JobQueue {namespace}/example was not deleted within "
+                    f"2 s: still Terminating with finalizers {FINALIZER}; is the antre operator "
+                    f"running and watching this namespace?")
+        # One line per try (the Job's backoffLimit), no traceback.
+        assert set(log) == {expected}, log
+        # The failed Job stays for `kubectl logs` until the next try replaces it.
+        assert cluster.get("job", hook, namespace) is not None
