@@ -247,7 +247,7 @@ HOOK_PODS = "app.kubernetes.io/component=example-uninstall"
 
 @contextlib.contextmanager
 def example_served(cluster: Cluster, release: str, namespace: str, workdir: Path,
-                   **example: Any) -> Iterator[tuple[Install, OperatorProcess | None]]:
+                   **example: Any) -> Iterator[tuple[Install, TestKubelet | None]]:
     """The chart with its example JobQueue (more ``exampleJobQueue`` values in ``example``);
     the test kubelet runs the hook's pod in the release namespace. The operator is the test's
     to start (a local process: the chart's replicaCount is 0); at the end whatever a failed test
@@ -297,7 +297,6 @@ def test_plain_uninstall_leaves_nothing_behind(cluster: Cluster, crds: None,
     hook's own Job, ServiceAccount, Role and RoleBinding."""
     release, namespace = "antre-bye", "antre-bye-system"
     hook = f"{release}-example-uninstall"
-    operator: OperatorProcess | None = None
     with example_served(cluster, release, namespace, tmp_path) as (install, kubelet):
         operator = OperatorProcess(
             cluster.service_account_kubeconfig(install.namespace, install.service_account),
@@ -309,6 +308,8 @@ def test_plain_uninstall_leaves_nothing_behind(cluster: Cluster, crds: None,
                              until=lambda jq: FINALIZER in jq["metadata"].get("finalizers", []))
             cluster.wait_for("deployment", "example-worker", namespace, timeout_s=SETTLE_S,
                              what="the example's workers", until=lambda deployment: True)
+            objects = [obj for obj in release_objects(cluster, release, namespace)
+                       if obj["kind"] != "JobQueue"]
             cluster.helm("uninstall", release, "--namespace", namespace, "--wait",
                          "--timeout=180s", timeout_s=240)
             # helm waited for the hook, and the hook for the example: it is gone already.
@@ -317,6 +318,7 @@ def test_plain_uninstall_leaves_nothing_behind(cluster: Cluster, crds: None,
             cluster.wait_gone("deployment", "example-worker", namespace, timeout_s=SETTLE_S)
             for kind in ("job", "serviceaccount", "role", "rolebinding"):
                 cluster.wait_gone(kind, hook, namespace, timeout_s=SETTLE_S)
+            assert not any(existing(cluster, objects, namespace)), "helm uninstall left objects"
             assert cluster.helm("list", "-n", namespace, "-q").stdout.strip() == ""
             assert operator.forbidden() == []
         finally:
