@@ -24,7 +24,12 @@ from typing import Any
 import pytest
 from antre import HandlerRegistry, Job, Queue
 from antre.connection import connect_async
+from antre.protocol import scripts
+from antre.protocol.claim import claim_op
 from antre.protocol.scripts import load
+from antre.runs import Run
+from antre.settings import WorkerSettings
+from antre.worker import Worker
 from invariants import assert_invariants, read_record
 from reply_cutter import ReplyCutter
 from worker_harness import eventually, running_worker, status_of
@@ -191,3 +196,31 @@ async def test_a_renewal_whose_reply_is_lost_gives_nothing_back(redis_client, re
         assert [e.event for e in queue.get(job_id).history if e.event != "extended"] == [
             "enqueued", "claimed"]
     assert len(starts) == 1
+
+
+async def test_a_prefetched_run_given_back_after_a_late_renewal_is_released_unstarted(
+        redis_client, aredis, qs):
+    """A prefetched run never started (a freeze of most of a lease: its deadline and the
+    renewal's reply come due together) is given back like every run a late renewal kept. It
+    never ran, so its release must not count among the job's releases, which spend its attempt
+    after the third: here a job with one attempt, given back four times without ever running,
+    must still be queued, its attempt unspent, not dead-lettered."""
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("print", max_attempts=1).job_id
+    worker = Worker(aredis, qs, WorkerSettings(visibility_timeout_s=LEASE_S), HandlerRegistry(),
+                    worker_id="w-frozen")
+    try:
+        for _ in range(4):
+            sent_at = time.monotonic()
+            [claimed] = (await scripts.run_async(aredis, claim_op(
+                qs, worker.settings, worker_id=worker.worker_id, max_jobs=1))).jobs
+            run = Run(claimed)  # prefetched: no task, never started
+            worker.held.add([run], claim_sent_at=sent_at)
+            worker.late_renewals.give_back_soon([run], sent_at + worker.held.trusted_s)
+            await worker.late_renewals.finish()
+            assert status_of(redis_client, qs, job_id) == "queued"
+    finally:
+        worker.threads.shutdown()
+    record = read_record(redis_client, qs, job_id)
+    assert "releases" not in record, "a run that never started counted as a release"
+    assert (record["status"], record["attempt"]) == ("queued", "0")

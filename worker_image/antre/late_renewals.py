@@ -5,7 +5,8 @@ while Redis extended its lease by a whole lease. Left alone, the job would sit i
 locked all along; given back, it goes to the head of the queue at once.
 
 The release is the one of a run interrupted at a stop (:meth:`antre.settling.Settler.release`):
-the attempt is refunded for the first releases of a job, and the outcome logged and counted is
+the attempt is refunded for the first releases of a job (always for a prefetched run that
+never started, which is not counted among them), and the outcome logged and counted is
 ``released`` (or ``dead``, a release that spent the job's last attempt), the run's only one.
 The resource lock stays held while the run may still be going: a handler thread cannot be
 stopped, and keeps its lock until it returns, as after a stop. A handler still ending on the

@@ -81,7 +81,9 @@ class Settler:
                       unstarted: bool = False, reason: str = "worker shutting down") -> None:
         """Shutdown: gives unfinished runs back to the queue. Runs ``still_going`` (threads that
         cannot be stopped) keep their resource lock until they return. ``unstarted`` runs
-        (prefetched) get their attempt back however often their job was released before."""
+        (prefetched), and any run with no task (it never started: a prefetched run a late
+        renewal's give-back found), get their attempt back however often their job was released
+        before, and are not counted among its releases."""
         await self._put_back(runs, still_going=still_going, unstarted=unstarted,
                              reason=reason, event="released", dead_error=(
                                  "released at shutdown with no attempt left (is the grace "
@@ -105,7 +107,8 @@ class Settler:
                     self.queue, [run.lease for run in chunk], worker_id=self.worker_id,
                     reason=reason, event=event,
                     keep_locks={run.claimed.id for run in still_going},
-                    unstarted={run.claimed.id for run in chunk} if unstarted else ()),
+                    unstarted={run.claimed.id for run in chunk
+                               if unstarted or run.task is None}),
                     budget_s=max(deadline - time.monotonic(), 0.1))
                 outcomes += chunk_outcomes
             except (RedisUnavailable, LeaseLost):
