@@ -2,8 +2,7 @@
 abandoned at their deadline while that renewal was on its way, and only when Redis answered
 their lease held; never a run that was settling, lost otherwise or re-claimed under a newer
 lease; nothing on an outage, nor once the lease that renewal set may have run out. Each
-abandoned run gets one outcome. And how a given-back run is released: its lock kept while its
-thread runs, waited for while its handler ends on the loop."""
+abandoned run gets one outcome."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ from typing import Any
 
 from antre.held_runs import HeldRuns, held_after_abandon
 from antre.jobs import ClaimedJob
-from antre.late_renewals import sort_out
 from antre.outcomes import Outcomes
 from antre.runs import Run
 from worker_harness import eventually
@@ -99,19 +97,3 @@ async def test_settling_and_reclaimed_runs_are_never_given_back(caplog) -> None:
     assert held.renewal_answered(renewing, [True, True], sent_at=sent_at) == []
     assert not settling.lost and not newer.lost and len(held) == 2
     assert lost_events(caplog) == [("again", 1)]
-
-
-async def test_a_run_still_going_keeps_its_lock_one_ending_is_waited_for() -> None:
-    thread, ending, ended, unstarted = (run_of(i) for i in "abcd")
-    blocker = asyncio.Event()
-    ending.task = asyncio.create_task(blocker.wait())
-    ended.task = asyncio.create_task(asyncio.sleep(0))
-    await ended.task
-    thread.task = asyncio.create_task(blocker.wait())  # a thread's task waits for its return
-    try:
-        plan = sort_out([thread, ending, ended, unstarted],
-                        thread_running=lambda run: run is thread)
-        assert (plan.locked, plan.ending, plan.stopped) == ([thread], [ending], [ended, unstarted])
-    finally:
-        blocker.set()
-        await asyncio.gather(ending.task, thread.task)

@@ -305,7 +305,8 @@ def diagnose(snapshot: Snapshot, thresholds: Thresholds = Thresholds()) -> list[
         elif not lock.holder_processing and keeper is not None:
             add(Finding(Severity.WARNING, "lock_kept_for_thread",
                         f"resource lock {lock.resource!r} is kept for job {lock.job_id}, whose "
-                        f"handler thread still runs past its timeout on worker "
+                        f"handler thread still runs (past its timeout, or after its job was "
+                        f"given back) on worker "
                         f"{keeper.worker_id} (pod {keeper.pod}); it is extended until the "
                         "thread returns",
                         "jobs for that resource wait for that thread: find what the handler "

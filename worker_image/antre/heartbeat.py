@@ -41,7 +41,7 @@ class Heartbeat:
     def __init__(self, redis: Any, queue: QueueSettings, settings: WorkerSettings, *,
                  worker_id: str, held: HeldRuns, threads: HandlerThreads,
                  registry_entry: Callable[[], dict[str, Any]],
-                 give_back: Callable[[Sequence[Run], float], None],
+                 give_back: Callable[[Sequence[Run]], None],
                  metrics: WorkerMetrics | None = None) -> None:
         self.redis = redis
         self.queue = queue
@@ -50,8 +50,7 @@ class Heartbeat:
         self.held = held
         self.threads = threads
         self.registry_entry = registry_entry
-        #: Gives back the runs abandoned at their deadline whose lease a renewal kept, with
-        #: the monotonic time until which that renewal's lease can be trusted.
+        #: Gives back the runs abandoned at their deadline whose lease a renewal kept.
         self.give_back = give_back
         self.metrics = metrics
         # Registry entries are read by the operator to pick idle pods: beat at least every 5 s.
@@ -72,7 +71,7 @@ class Heartbeat:
             # staying leased, to nobody, for a whole lease; an outage gives nothing back.
             given_back = self.held.renewal_answered(runs, held, sent_at=sent_at)
             if given_back:
-                self.give_back(given_back, sent_at + self.held.trusted_s)
+                self.give_back(given_back)
         if unconfirmed is not None:
             raise unconfirmed
         return result

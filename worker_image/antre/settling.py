@@ -136,6 +136,12 @@ class Settler:
                     self.queue, [(job.id, job.lease) for job in chunk], worker_id=self.worker_id,
                     reason=reason, unstarted={job.id for job in chunk}))
 
+    def still_going(self, runs: Sequence[Run]) -> set[Run]:
+        """The runs whose handler may still be going: a thread that cannot be stopped, or a
+        task not ended after its cancellation. A release keeps their resource lock."""
+        return {run for run in runs if self.threads.running(run)
+                or (run.task is not None and not run.task.done())}
+
     def _keep_lock_while_going(self, run: Run) -> None:
         """Frees the resource lock a release kept once the run has ended: a thread when it
         returns; a handler still going on the loop after its cancellation (one that catches

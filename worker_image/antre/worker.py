@@ -125,8 +125,7 @@ class Worker:
         self.acks = AckBatcher(queue, worker_id=self.worker_id, outages=self.outages,
                                outcomes=self.outcomes, retry_window_s=settings.visibility_timeout_s,
                                on_settled=self.held.forget)
-        self.late_renewals = LateRenewals(self.settler, self.threads, self.outcomes,
-                                          worker_id=self.worker_id)
+        self.late_renewals = LateRenewals(self.settler, worker_id=self.worker_id)
         self.heartbeat = Heartbeat(redis, queue, settings, worker_id=self.worker_id,
                                    held=self.held, threads=self.threads,
                                    registry_entry=self._registry_entry,
@@ -253,9 +252,8 @@ class Worker:
             cancelled = [run.task for run in unfinished if run.cancellable and run.task]
             if cancelled:
                 await asyncio.wait(cancelled, timeout=CANCEL_WAIT_S)
-            await self.settler.release(unfinished, still_going={
-                run for run in unfinished
-                if self.threads.running(run) or (run.task and not run.task.done())})
+            await self.settler.release(unfinished,
+                                       still_going=self.settler.still_going(unfinished))
             for run in unfinished:  # a thread goes on, but nothing waits for it any more
                 if run.task is not None:
                     run.task.cancel()
