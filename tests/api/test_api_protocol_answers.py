@@ -23,7 +23,8 @@ async def test_an_idempotency_key_reused_for_another_request_is_409(client: Any)
         body = await response.json()
         assert (body["error"], body["field"]) == ("idempotency_conflict", "idempotency_key")
         assert "amount" not in str(body)  # the first request's payload is not handed out
-        assert f"used for job {job_id} with another type or payload" in body["message"]
+        assert body["message"] == (f"idempotency key order-42 was used for job {job_id} "
+                                   "with another type or payload"), "no job number of a call"
     same = await client.post("/v1/queues/q/jobs", json=job)
     assert (same.status, (await same.json())["job_id"]) == (200, job_id)
 

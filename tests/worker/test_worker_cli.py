@@ -50,7 +50,8 @@ def test_enqueue_prints_the_id(redis_client, redis_url, capsys):
     assert cli(redis_url, "enqueue", "email", "{}", "--idempotency-key", "k1") == EXIT_USAGE
     out = capsys.readouterr()
     assert out.out == "" and out.err.count("\n") == 1
-    assert f"idempotency key k1 was used for job {job_id} with another type or payload" in out.err
+    assert out.err == (f"antre enqueue: idempotency key k1 was used for job {job_id} with "
+                       "another type or payload\n"), "named by its id, not as the call's job 1"
     assert_invariants(redis_client, QS)
 
 

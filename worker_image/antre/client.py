@@ -167,6 +167,19 @@ class _QueueBase:
         return f"{type(self).__name__}({self.settings.name!r}, prefix={self.settings.prefix!r})"
 
 
+#: How the enqueue script names the first job of its call in an error.
+_FIRST_OF_THE_CALL = "job 1: "
+
+
+def _unnumbered(exc: errors.InvalidArgument) -> errors.InvalidArgument:
+    """The script numbers a job it refuses within its call ("job 1: ..."), which tells the job
+    of an ``enqueue_many`` apart; of a single enqueue it reads like a job id."""
+    message = str(exc)
+    if not message.startswith(_FIRST_OF_THE_CALL):
+        return exc
+    return type(exc)(message[len(_FIRST_OF_THE_CALL):])
+
+
 def _refused_after_writes(exc: errors.InvalidArgument,
                           written: list[EnqueueResult]) -> errors.InvalidArgument:
     """Redis refused a later script call of an ``enqueue_many`` (an idempotency conflict, a key
@@ -226,6 +239,8 @@ class Queue(_QueueBase):
             return self._run(op)[0]  # type: ignore[no-any-return]
         except errors.NotReplicated as exc:
             raise _unconfirmed_enqueue(exc, [], single=True) from None
+        except errors.InvalidArgument as exc:
+            raise _unnumbered(exc) from None
 
     def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[EnqueueResult]:
         """Adds many jobs, 200 per script call. All are validated before any is written, and
@@ -379,6 +394,8 @@ class AsyncQueue(_QueueBase):
             return await self._batcher.enqueue(job_args)
         except errors.NotReplicated as exc:
             raise _unconfirmed_enqueue(exc, [], single=True) from None
+        except errors.InvalidArgument as exc:
+            raise _unnumbered(exc) from None
 
     @_awaited_by_close
     async def enqueue_many(self, jobs: Iterable[JobSpec]) -> list[EnqueueResult]:
