@@ -172,7 +172,7 @@ def test_with_tls_required_a_plain_url_is_refused_before_connecting(command: lis
                               timeout=30, check=False)
         after = connections_received(server.url)
     assert proc.returncode == 2, proc.stderr
-    assert "ANTRE_REDIS_TLS is true, so the URL must use TLS" in proc.stderr
+    assert "--redis-tls (ANTRE_REDIS_TLS) is set, so the URL must use TLS" in proc.stderr
     assert "hunter2" not in proc.stderr and "Traceback" not in proc.stderr
     assert after == before + 1, "only our own INFO connected: the command never did"
 

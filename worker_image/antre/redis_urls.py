@@ -40,7 +40,7 @@ def require_tls(url: str) -> None:
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme not in TLS_SCHEMES:
         raise errors.InvalidArgument(
-            f"redis url: {REQUIRE_TLS_ENV} is true, so the URL must use TLS (rediss://, "
+            f"redis url: --redis-tls ({REQUIRE_TLS_ENV}) is set, so the URL must use TLS (rediss://, "
             f"rediss+sentinel:// or rediss+cluster://); got {scheme or 'no'} scheme; not "
             f"connecting")
 
