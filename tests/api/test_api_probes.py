@@ -34,9 +34,15 @@ async def test_a_method_the_api_does_not_serve_is_counted_as_other(client: Any) 
     for method in ("PROPFIND", "MKCOL", "LOCK"):
         assert (await client.request(method, "/v1/queues/default/stats")).status == 405
     text = await (await client.get("/metrics")).text()
-    assert ('antre_api_requests_total{method="other",route="unmatched",'
-            'status="405"} 3.0') in text
+    assert ('antre_api_requests_total{method="other",route="/v1/queues/{queue}/stats",'
+            'status="405"} 3.0') in text, "a known route, a method it does not serve"
     assert "PROPFIND" not in text
+    assert (await client.request("DELETE", "/v1/queues/default/stats")).status == 405
+    assert (await client.get("/v1/nowhere")).status == 404
+    text = await (await client.get("/metrics")).text()
+    assert ('antre_api_requests_total{method="DELETE",route="/v1/queues/{queue}/stats",'
+            'status="405"} 1.0') in text
+    assert 'antre_api_requests_total{method="GET",route="unmatched",status="404"} 1.0' in text
 
 
 async def test_openapi_document_covers_every_route(client: Any) -> None:

@@ -220,6 +220,18 @@ def _route_name(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
+async def _counted_route(request: web.Request) -> str:
+    """The route label of a request's metrics: its route, also for a method the route does
+    not serve (405: aiohttp then matched no route); "unmatched" for a path the API does not
+    serve. Only routes of the API are ever named, so a client cannot add series."""
+    if isinstance(request.match_info.http_exception, web.HTTPMethodNotAllowed):
+        for resource in request.app.router.resources():
+            _, allowed = await resource.resolve(request)
+            if allowed:
+                return resource.canonical
+    return _route_name(request)
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     state = _state(request)
@@ -266,7 +278,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
                                                     "request_id": request_id})
             response = _error_response(500, "internal", f"internal error (request id "
                                        f"{request_id}; details are in the server log)")
-    route = _route_name(request)
+    route = await _counted_route(request)
     method = request.method if request.method in _COUNTED_METHODS else "other"
     state.requests.labels(method, route, str(response.status)).inc()
     state.request_seconds.labels(route).observe(time.perf_counter() - started)
