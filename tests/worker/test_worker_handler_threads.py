@@ -155,3 +155,44 @@ async def test_a_kept_lock_is_freed_when_the_thread_returns_though_it_goes_on():
     finally:
         gate.set()
         threads.shutdown()
+
+
+async def test_a_run_a_thread_took_counts_as_running_before_the_loop_learns_of_it():
+    """A returning thread takes an armed run and starts its handler, then tells the loop in a
+    callback. In between, the loop may give the run back (a late renewal's give-back, after
+    abandoning it at its deadline): taken then for a run that never started, it was released
+    unstarted and its lock freed while its handler ran, and the resource's next job could start
+    beside it. The run counts as running from the moment a thread takes it, and a lock kept
+    for it then is freed when its handler returns."""
+    first_may_return, taken_runs, second_may_return = (threading.Event() for _ in range(3))
+    freed: list[Run] = []
+    started: list[Run] = []
+    threads = HandlerThreads(1, on_slot_freed=lambda: None, on_lock_freed=freed.append,
+                             on_started=lambda run, job, returned, at: started.append(run))
+    first, second = _run("a"), _run("b")
+
+    def runs_second(job: Any) -> None:
+        taken_runs.set()
+        second_may_return.wait(20)
+
+    try:
+        threads.start(first, lambda job: first_may_return.wait(20), None)
+        threads.arm(second, runs_second, None)
+        first_may_return.set()
+        # The loop does not run from here until the asserts are done: the thread's callback
+        # telling it of the start waits, as it would behind a busy loop.
+        assert taken_runs.wait(5), "the returning thread started the armed run"
+        assert not started, "the loop has not learnt of the start yet"
+        assert threads.running(second)
+        assert not threads.disarm(second), "nothing to take back: it runs"
+        threads.keep_lock(second)  # released keeping its lock, as a give-back does
+        assert not freed, "the lock of a running handler is kept"
+        await eventually(lambda: started == [second], message="the loop learns of the start")
+        assert threads.running(second) and not freed
+        second_may_return.set()
+        await eventually(lambda: freed == [second], message="the lock freed on its return")
+        assert not threads.running(second)
+    finally:
+        first_may_return.set()
+        second_may_return.set()
+        threads.shutdown()

@@ -4,10 +4,10 @@ A thread that returns starts the next prefetched job itself when the worker has 
 (:meth:`HandlerThreads.arm`), as dramatiq's threads take their next message: the slot goes
 straight on to the next handler, without the round of hand-offs through the event loop (the
 result to the loop, the loop to a pool thread) that a busy machine makes wait for a core each
-time. The armed runs, behind one lock, are the only state threads touch: the thread tells the
-loop what it returned and what it started in one callback, and the loop keeps every other
-count. A run the worker takes back (:meth:`disarm`, :meth:`disarm_all` at shutdown) is one no
-thread started.
+time. The armed runs, and those a thread took until the loop learns of it, behind one lock,
+are the only state threads touch: the thread tells the loop what it returned and what it
+started in one callback, and the loop keeps every other count. A run the worker takes back
+(:meth:`disarm`, :meth:`disarm_all` at shutdown) is one no thread started.
 
 A thread cannot be interrupted. When one overruns its job timeout, :meth:`HandlerThreads.wait`
 raises :class:`ThreadTimeout` at once (the worker fails the run), and the thread is *overdue*:
@@ -100,6 +100,11 @@ class HandlerThreads:
         self._threads: dict[Run, _Thread] = {}
         #: Prefetched runs a returning thread may start, oldest first; guarded by _armed_lock.
         self._armed: collections.OrderedDict[Run, HandlerCall] = collections.OrderedDict()
+        #: Armed runs a thread took and started, until the loop learns of the start; guarded
+        #: by _armed_lock. Their handler runs already: the loop must not take them for stopped.
+        self._taken: set[Run] = set()
+        #: Runs of _taken settled keeping their lock before the loop learnt of their start.
+        self._keep_when_started: set[Run] = set()
         self._armed_lock = threading.Lock()
 
     @property
@@ -114,8 +119,12 @@ class HandlerThreads:
                 if thread.overdue_since is not None]
 
     def running(self, run: Run) -> bool:
-        """Whether ``run``'s handler thread has not returned yet."""
-        return run in self._threads
+        """Whether ``run``'s handler thread has not returned yet (also when a thread took it
+        from the armed runs and the loop has not learnt of that start yet)."""
+        if run in self._threads:
+            return True
+        with self._armed_lock:
+            return run in self._taken
 
     def kept_locks(self) -> list[KeptLock]:
         """The locks the heartbeat keeps extending: runs settled, threads still going."""
@@ -127,10 +136,14 @@ class HandlerThreads:
         """The job of ``run`` was settled keeping its resource lock: hold the lock until the
         thread returns (at once, if it already has)."""
         thread = self._threads.get(run)
-        if thread is None:
-            self._on_lock_freed(run)
-        else:
+        if thread is not None:
             thread.keeps_lock = True
+            return
+        with self._armed_lock:
+            if run in self._taken:  # started by a thread: the loop will learn of it
+                self._keep_when_started.add(run)
+                return
+        self._on_lock_freed(run)
 
     # -- armed runs ------------------------------------------------------------------------
 
@@ -208,6 +221,7 @@ class HandlerThreads:
         while self._armed:
             taken = self._armed.popitem(last=False)
             if not (taken[0].lost or taken[0].released):
+                self._taken.add(taken[0])
                 return taken
         return None
 
@@ -225,7 +239,11 @@ class HandlerThreads:
             next_run, (_, job) = taken
             assert self._loop is not None
             returned = self._loop.create_future()
-            self._threads[next_run] = _Thread(next_run, returned)
+            with self._armed_lock:
+                self._taken.discard(next_run)
+                keeps_lock = next_run in self._keep_when_started
+                self._keep_when_started.discard(next_run)
+            self._threads[next_run] = _Thread(next_run, returned, keeps_lock=keeps_lock)
             self._on_started(next_run, job, returned, started_at)
         if thread.overdue_since is not None:
             self._on_slot_freed()
