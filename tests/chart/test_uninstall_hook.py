@@ -97,3 +97,20 @@ def test_the_pod_carries_the_hook_component_label(rendered: Render) -> None:
     labels = rendered(EXAMPLE).one("Job", HOOK)["spec"]["template"]["metadata"]["labels"]
     assert labels["app.kubernetes.io/component"] == "example-uninstall"
     assert labels["app.kubernetes.io/instance"] == "rel"
+
+
+def test_no_hook_object_takes_the_name_of_a_release_object(rendered: Render) -> None:
+    """before-hook-creation deletes whatever has the hook's kind and name: a hook cut to the
+    operator's ServiceAccount name (a full name of 62 or 63 characters: fullnameOverride, or a
+    53-character release with a nameOverride) would delete the operator's account and so its
+    token, leaving the example Terminating and the uninstall failed."""
+    for length in (63, 62, 61, 46, 45):
+        rendering = rendered({**EXAMPLE, "fullnameOverride": "f" * length})
+        hooks = hook_objects(rendering)
+        assert len(hooks) == len(KINDS)
+        release = {(m["kind"], m["metadata"]["name"]) for m in rendering.manifests
+                   if m not in hooks}
+        for hook in hooks:
+            name = hook["metadata"]["name"]
+            assert (hook["kind"], name) not in release, (length, hook["kind"], name)
+            assert len(name) <= 63 and name.endswith("-example-uninstall"), (length, name)
