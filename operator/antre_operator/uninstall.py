@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -50,8 +51,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
                         help="give up (exit 1) if it still exists after this long (default 120)")
     args = parser.parse_args(argv)
-    if args.timeout <= 0:
-        parser.error("--timeout must be positive")
+    # Comparisons with nan are false and inf has no deadline: both would wait for ever.
+    if not 0 < args.timeout < math.inf:
+        parser.error("--timeout must be a positive number of seconds")
     return args
 
 
