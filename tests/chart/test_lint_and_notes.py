@@ -9,6 +9,7 @@ NetworkPolicies on, they say who may reach Redis and that enqueuers must be list
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,10 +82,15 @@ def test_notes_show_how_to_run_a_job_on_the_example(helm: str, tmp_path: Path) -
     assert "antre enqueue" not in notes(helm, tmp_path, own)  # not for handlers we do not know
 
 
-def test_notes_without_the_uninstall_hook_say_to_delete_the_example(helm: str,
-                                                                     tmp_path: Path) -> None:
-    example = {"enabled": True, "uninstallHook": {"enabled": False}}
-    text = notes(helm, tmp_path, {"redis": {"enabled": True}, "exampleJobQueue": example})
+@pytest.mark.parametrize("values", [
+    pytest.param({"exampleJobQueue": {"enabled": True, "uninstallHook": {"enabled": False}}},
+                 id="hook-off"),
+    pytest.param({"exampleJobQueue": {"enabled": True}, "operator": {"rbac": {"create": False}}},
+                 id="no-rbac"),
+])
+def test_notes_without_the_uninstall_hook_say_to_delete_the_example(
+        helm: str, tmp_path: Path, values: dict[str, Any]) -> None:
+    text = notes(helm, tmp_path, {"redis": {"enabled": True}, **values})
     assert f"kubectl --namespace {NAMESPACE} delete jobqueue example --wait" in text
     assert "pre-delete hook" not in text
 

@@ -35,7 +35,9 @@ def pod_of(rendering: Rendering) -> dict[str, Any]:
 
 def test_rendered_with_the_example_only(rendering: Rendering, variant: str) -> None:
     hooks = hook_objects(rendering)
-    if (VARIANTS[variant].get("exampleJobQueue") or {}).get("enabled"):
+    values = VARIANTS[variant]
+    rbac = ((values.get("operator") or {}).get("rbac") or {}).get("create", True)
+    if (values.get("exampleJobQueue") or {}).get("enabled") and rbac:
         assert sorted(m["kind"] for m in hooks) == sorted(KINDS)
         assert {m["metadata"]["name"] for m in hooks} == {HOOK}
     else:
@@ -47,6 +49,15 @@ def test_can_be_turned_off(rendered: Render) -> None:
                                                    "uninstallHook": {"enabled": False}}})
     assert off.one("JobQueue", "example")
     assert hook_objects(off) == []
+
+
+def test_not_rendered_where_the_chart_creates_no_rbac(rendered: Render) -> None:
+    """The hook creates a Role of its own: where the chart may not create RBAC, the first
+    `helm uninstall` would fail creating it. Without rbac.create there is no hook, and NOTES
+    says to delete the example first (test_lint_and_notes.py)."""
+    without = rendered({**EXAMPLE, "operator": {"rbac": {"create": False}}})
+    assert without.one("JobQueue", "example")
+    assert hook_objects(without) == []
 
 
 def test_every_object_is_a_pre_delete_hook_in_order(rendered: Render) -> None:

@@ -329,3 +329,11 @@ helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- $api := .Values.exampleJobQueue.spec.api | default dict }}
 {{- if and .Values.exampleJobQueue.enabled $api.enabled (not $api.tokenSecretRef) (not .Values.exampleJobQueue.apiToken.existingSecret) }}true{{ end }}
 {{- end }}
+
+{{/*
+"true" when `helm uninstall` deletes the example JobQueue through its pre-delete hook: the hook
+creates a Role of its own, so only where the chart creates RBAC (operator.rbac.create).
+*/}}
+{{- define "antre.example.uninstallHookRendered" -}}
+{{- if and .Values.exampleJobQueue.enabled .Values.exampleJobQueue.uninstallHook.enabled .Values.operator.rbac.create }}true{{- end }}
+{{- end }}
