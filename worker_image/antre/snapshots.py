@@ -145,12 +145,11 @@ def _dead_reads(settings: QueueSettings, limit: int,
 
 
 def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | None,
-           sample_gap_s: float, known_dead: DeadCache | None = None,
-           one_sample: bool = False) -> _Reader:
-    """``one_sample``: with no ``before`` and no gap, one depth read serves as both samples (no
-    trend) rather than two reads back to back, whose few milliseconds make no rate."""
+           sample_gap_s: float, known_dead: DeadCache | None = None) -> _Reader:
+    """With no ``before`` and no gap, one depth read serves as both samples (no trend) rather
+    than two reads back to back, whose few milliseconds make no rate."""
     after: Depth
-    if before is None and one_sample and sample_gap_s <= 0:
+    if before is None and sample_gap_s <= 0:
         before = after = yield depth_op(settings)
     else:
         if before is None:
@@ -321,14 +320,14 @@ def read_snapshot(queue: Queue, *, sample_gap_s: float = 1.0, thresholds: Thresh
     :class:`DeadCache`)."""
     return _run(queue.redis, _reads(queue.settings, thresholds=thresholds or Thresholds(),
                                     before=before, sample_gap_s=sample_gap_s,
-                                    known_dead=known_dead, one_sample=True), sleep)
+                                    known_dead=known_dead), sleep)
 
 
 async def read_snapshot_async(queue: AsyncQueue, *, thresholds: Thresholds | None = None,
                               before: Depth | None = None,
                               known_dead: DeadCache | None = None) -> Snapshot:
     """:func:`read_snapshot` on an asyncio client, without a pause: the trend compares with
-    ``before`` (or a sample taken just before, a zero trend)."""
+    ``before`` (without one, there is no trend)."""
     return await _run_async(queue.redis, _reads(
         queue.settings, thresholds=thresholds or Thresholds(), before=before, sample_gap_s=0,
         known_dead=known_dead))
