@@ -79,8 +79,8 @@ class Settler:
 
     async def release(self, runs: Sequence[Run], *, still_going: Collection[Run],
                       unstarted: bool = False, reason: str = "worker shutting down") -> None:
-        """Shutdown: gives unfinished runs back to the queue. Runs ``still_going`` (threads that
-        cannot be stopped) keep their resource lock until they return. ``unstarted`` runs
+        """Shutdown: gives unfinished runs back to the queue. Runs ``still_going`` (see
+        :meth:`still_going`) keep their resource lock until they end. ``unstarted`` runs
         (prefetched), and any run with no task (it never started: a prefetched run a late
         renewal's give-back found), get their attempt back however often their job was released
         before, and are not counted among its releases."""
@@ -138,19 +138,25 @@ class Settler:
 
     def still_going(self, runs: Sequence[Run]) -> set[Run]:
         """The runs whose handler may still be going: a thread that cannot be stopped, or a
-        task not ended after its cancellation. A release keeps their resource lock."""
-        return {run for run in runs if self.threads.running(run)
-                or (run.task is not None and not run.task.done())}
+        handler going on the loop after its cancellation. A release keeps their resource lock."""
+        return {run for run in runs if self.threads.running(run) or self._on_the_loop(run)}
+
+    def _on_the_loop(self, run: Run) -> bool:
+        """Whether ``run``'s handler is still going on the event loop, not in a thread (one
+        that catches ``CancelledError`` and carries on, or a coroutine a returned thread
+        handed over)."""
+        return (run.task is not None and not run.task.done()
+                and not self.threads.running(run))
 
     def _keep_lock_while_going(self, run: Run) -> None:
         """Frees the resource lock a release kept once the run has ended: a thread when it
-        returns; a handler still going on the loop after its cancellation (one that catches
-        ``CancelledError`` and carries on, or a coroutine a returned thread handed over) when
-        its task ends. Freed at once, the resource's next job could start beside it."""
-        if self.threads.running(run) or run.task is None or run.task.done():
-            self.threads.keep_lock(run)
-        else:
+        returns, a handler on the loop when its task ends (at once if it has). Freed before,
+        the resource's next job could start beside it."""
+        if self._on_the_loop(run):
+            assert run.task is not None
             run.task.add_done_callback(lambda _: self.unlock_soon(run))
+        else:
+            self.threads.keep_lock(run)
 
     def unlock_soon(self, run: Run) -> None:
         """A thread that kept its run's resource lock returned: free the lock. Not freed (Redis
