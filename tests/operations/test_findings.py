@@ -145,8 +145,9 @@ def test_a_lock_kept_for_a_running_thread_is_not_called_orphaned() -> None:
     [finding] = findings.diagnose(snapshot(
         locks=[ResourceLock("acct-1", "j1", 20.0, False)], workers=[keeper]))[:1]
     assert finding.code == "lock_kept_for_thread"
-    assert "kept for job j1, whose handler thread still runs (past its timeout, or after its " \
-        "job was given back) on worker w-1 (pod pod-1)" in finding.summary
+    assert "kept for job j1, whose handler still runs (a thread past its timeout, or a " \
+        "handler going on after its job was given back) on worker w-1 (pod pod-1)" \
+        in finding.summary
     other = dataclasses.replace(keeper, kept_lock_jobs=("j2",))
     assert "orphaned_lock" in codes(snapshot(locks=[ResourceLock("acct-1", "j1", 20.0, False)],
                                              workers=[other]))

@@ -68,7 +68,7 @@ async def test_slots_held_by_threads_past_their_timeout_are_visible(redis_client
                 assert "2 of 2 slot(s) held by handler threads past their job timeout" in advice
                 # The lock of the first job is kept (extended) while its thread runs.
                 assert (f"WARNING  lock_kept_for_thread: resource lock 'acct-1' is kept for job "
-                        f"{ids[0]}, whose handler thread still runs") in advice
+                        f"{ids[0]}, whose handler still runs (a thread past its timeout") in advice
                 assert "orphaned_lock" not in advice
                 hang.set()
                 await eventually(lambda: worker.threads.overdue == 0)

@@ -80,6 +80,19 @@ def printer_handlers(kind: str, may_end: threading.Event,
     return registry, spans, starts
 
 
+async def lock_held_until(redis_client: Any, lock_key: str, job_id: str, *,
+                          until_ms: float) -> None:
+    """Checks, until Redis's clock reaches ``until_ms``, that ``job_id`` holds ``lock_key``."""
+    while True:
+        holder = redis_client.get(lock_key)
+        assert holder is not None and holder.startswith(f"{job_id}:"), (
+            f"the kept lock is gone or taken: {holder!r}")
+        seconds, micros = redis_client.time()
+        if seconds * 1000 + micros // 1000 >= until_ms:
+            return
+        await asyncio.sleep(0.05)
+
+
 @contextlib.asynccontextmanager
 async def abandoned_behind_a_held_renewal(
         redis_client: Any, redis_url: str, aredis: Any, qs: Any, registry: HandlerRegistry,
@@ -142,9 +155,11 @@ async def test_a_lease_renewed_after_its_run_was_abandoned_is_given_back_at_once
                 # kept, so the next run of the job waits for it instead of starting beside it.
                 await eventually(lambda: status_of(redis_client, qs, job_id) == "scheduled",
                                  message="the next run deferred")
+                # Held past the lease the late renewal gave it: the heartbeat extends the
+                # kept lock for as long as the handler goes on, thread or task alike.
+                await lock_held_until(redis_client, qs.keys.lock_prefix + "printer", job_id,
+                                      until_ms=until + LEASE_S * 1000 * 1.5)
                 assert len(starts) == 1
-                assert redis_client.get(qs.keys.lock_prefix + "printer").startswith(
-                    f"{job_id}:")
                 may_end.set()
             await eventually(lambda: status_of(redis_client, qs, job_id) == "done",
                              timeout_s=10, message="the job run again")

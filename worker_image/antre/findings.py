@@ -305,13 +305,13 @@ def diagnose(snapshot: Snapshot, thresholds: Thresholds = Thresholds()) -> list[
         elif not lock.holder_processing and keeper is not None:
             add(Finding(Severity.WARNING, "lock_kept_for_thread",
                         f"resource lock {lock.resource!r} is kept for job {lock.job_id}, whose "
-                        f"handler thread still runs (past its timeout, or after its job was "
-                        f"given back) on worker "
+                        f"handler still runs (a thread past its timeout, or a handler going on "
+                        f"after its job was given back) on worker "
                         f"{keeper.worker_id} (pod {keeper.pod}); it is extended until the "
-                        "thread returns",
-                        "jobs for that resource wait for that thread: find what the handler "
-                        "blocks on (see stuck_threads); restarting the pod frees the lock one "
-                        "visibility timeout later"))
+                        "handler ends",
+                        "jobs for that resource wait for that handler: find what it blocks on "
+                        "(see stuck_threads); restarting the pod frees the lock one visibility "
+                        "timeout later"))
         elif not lock.holder_processing:
             add(Finding(Severity.WARNING, "orphaned_lock",
                         f"resource lock {lock.resource!r} is held by job {lock.job_id}, which "

@@ -128,9 +128,8 @@ class HandlerThreads:
 
     def kept_locks(self) -> list[KeptLock]:
         """The locks the heartbeat keeps extending: runs settled, threads still going."""
-        return [(thread.run.claimed.resource_key, f"{thread.run.claimed.id}:{thread.run.claimed.lease}")
-                for thread in self._threads.values()
-                if thread.keeps_lock and thread.run.claimed.resource_key]
+        return [lock for thread in self._threads.values()
+                if thread.keeps_lock and (lock := thread.run.kept_lock) is not None]
 
     def keep_lock(self, run: Run) -> None:
         """The job of ``run`` was settled keeping its resource lock: hold the lock until the

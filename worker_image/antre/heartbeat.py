@@ -1,8 +1,8 @@
 """The heartbeat loop: every visibility_timeout/3 it extends the leases this worker holds and
-the resource locks it keeps for threads still running, and refreshes its registry entry, in one
-script call (:mod:`antre.protocol.extend_lease`). A renewal answered after some of its runs were
-abandoned at their deadline has the leases it kept for them given back
-(:mod:`antre.late_renewals`)."""
+the resource locks it keeps for handlers still going after their job was settled, and refreshes
+its registry entry, in one script call (:mod:`antre.protocol.extend_lease`). A renewal answered
+after some of its runs were abandoned at their deadline has the leases it kept for them given
+back (:mod:`antre.late_renewals`)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from antre.errors import NotReplicated
-from antre.handler_threads import HandlerThreads
 from antre.held_runs import HeldRuns
 from antre.protocol import scripts
-from antre.protocol.extend_lease import ExtendResult, extend_lease_ops, merged
+from antre.protocol.extend_lease import ExtendResult, KeptLock, extend_lease_ops, merged
 from antre.runs import Run
 from antre.settings import QueueSettings, WorkerSettings
 
@@ -39,7 +38,8 @@ def registry_ttl_ms(interval_s: float, lease_ms: int) -> int:
 
 class Heartbeat:
     def __init__(self, redis: Any, queue: QueueSettings, settings: WorkerSettings, *,
-                 worker_id: str, held: HeldRuns, threads: HandlerThreads,
+                 worker_id: str, held: HeldRuns,
+                 kept_locks: Callable[[], list[KeptLock]],
                  registry_entry: Callable[[], dict[str, Any]],
                  give_back: Callable[[Sequence[Run]], None],
                  metrics: WorkerMetrics | None = None) -> None:
@@ -48,7 +48,8 @@ class Heartbeat:
         self.settings = settings
         self.worker_id = worker_id
         self.held = held
-        self.threads = threads
+        #: The resource locks kept for handlers still going (Settler.kept_locks).
+        self.kept_locks = kept_locks
         self.registry_entry = registry_entry
         #: Gives back the runs abandoned at their deadline whose lease a renewal kept.
         self.give_back = give_back
@@ -80,7 +81,7 @@ class Heartbeat:
                      sent_at: float) -> tuple[ExtendResult, NotReplicated | None]:
         """One beat: Redis's answers, and the error of a call the replicas did not confirm."""
         leases = [run.lease for run in runs]
-        kept = self.threads.kept_locks()
+        kept = self.kept_locks()
         unconfirmed: NotReplicated | None = None
         results: list[ExtendResult] = []
         for op in extend_lease_ops(
@@ -106,13 +107,13 @@ class Heartbeat:
                 # The token travels along: by the time this reply arrives the job may hold a
                 # newer lease in this worker, which must not be touched.
                 self.held.lose(job_id, token)
-        # A thread that returned while this beat was on its way has had its lock freed: that
+        # A handler that ended while this beat was on its way has had its lock freed: that
         # lock is not reported lost.
         lost = [lock for lock, held in zip(kept, result.kept, strict=True) if not held]
-        still_kept = set(self.threads.kept_locks()) if lost else set()
+        still_kept = set(self.kept_locks()) if lost else set()
         for resource_key, holder in lost:
             if (resource_key, holder) in still_kept:
-                log.warning("a resource lock kept for a running thread was taken by another job",
+                log.warning("a resource lock kept for a handler still going was taken by another job",
                             extra={"resource_key": resource_key, "holder": holder})
         if unconfirmed is None and self.metrics is not None and renewed:
             self.metrics.lease_extensions.labels(self.queue.name).inc(len(renewed))

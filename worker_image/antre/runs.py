@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from antre.jobs import ClaimedJob
+from antre.protocol.extend_lease import KeptLock
 from antre.protocol.scripts import Lease
 
 
@@ -38,6 +39,13 @@ class Run:
     @property
     def lease(self) -> Lease:
         return (self.claimed.id, self.claimed.lease)
+
+    @property
+    def kept_lock(self) -> KeptLock | None:
+        """The resource lock this run holds, as the heartbeat extends a kept one (None without
+        a resource)."""
+        resource_key = self.claimed.resource_key
+        return (resource_key, f"{self.claimed.id}:{self.claimed.lease}") if resource_key else None
 
     @property
     def elapsed_ms(self) -> float:

@@ -25,6 +25,7 @@ from antre.jobs import ClaimedJob
 from antre.outages import Outages
 from antre.outcomes import Outcomes
 from antre.protocol import scripts
+from antre.protocol.extend_lease import KeptLock
 from antre.protocol.fail import fail_op
 from antre.protocol.release import ReleaseEvent, ReleaseOutcome, release_op
 from antre.protocol.unlock import unlock_op
@@ -53,6 +54,8 @@ class Settler:
         self.held = held
         self.threads = threads
         self._unlocks: set[asyncio.Future[Any]] = set()
+        #: Runs settled keeping their lock while their handler goes on on the loop, until it ends.
+        self._going_on_loop: set[Run] = set()
 
     async def fail(self, run: Run, failure: Failure, backoff: Backoff) -> None:
         """Retries the job (after ``failure.delay_s``, else ``backoff``) or dead-letters it."""
@@ -149,14 +152,26 @@ class Settler:
                 and not self.threads.running(run))
 
     def _keep_lock_while_going(self, run: Run) -> None:
-        """Frees the resource lock a release kept once the run has ended: a thread when it
-        returns, a handler on the loop when its task ends (at once if it has). Freed before,
-        the resource's next job could start beside it."""
+        """Holds the resource lock a release kept while the run goes on (the heartbeat extends
+        it: :meth:`kept_locks`) and frees it once the run has ended: a thread when it returns, a
+        handler on the loop when its task ends (at once if it has). Freed before, or left to
+        expire, the resource's next job could start beside it."""
         if self._on_the_loop(run):
             assert run.task is not None
-            run.task.add_done_callback(lambda _: self.unlock_soon(run))
+            self._going_on_loop.add(run)
+            run.task.add_done_callback(lambda _: self._ended_on_loop(run))
         else:
             self.threads.keep_lock(run)
+
+    def _ended_on_loop(self, run: Run) -> None:
+        self._going_on_loop.discard(run)
+        self.unlock_soon(run)
+
+    def kept_locks(self) -> list[KeptLock]:
+        """The locks the heartbeat keeps extending: those of runs settled while their handler
+        goes on, in a thread or on the loop."""
+        return self.threads.kept_locks() + [
+            lock for run in self._going_on_loop if (lock := run.kept_lock) is not None]
 
     def unlock_soon(self, run: Run) -> None:
         """A thread that kept its run's resource lock returned: free the lock. Not freed (Redis

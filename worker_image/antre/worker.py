@@ -127,7 +127,7 @@ class Worker:
                                on_settled=self.held.forget)
         self.late_renewals = LateRenewals(self.settler, worker_id=self.worker_id)
         self.heartbeat = Heartbeat(redis, queue, settings, worker_id=self.worker_id,
-                                   held=self.held, threads=self.threads,
+                                   held=self.held, kept_locks=self.settler.kept_locks,
                                    registry_entry=self._registry_entry,
                                    give_back=self.late_renewals.give_back_soon, metrics=metrics)
         self.reaper = Reaper(redis, queue, interval_s=settings.reaper_interval_s,
@@ -575,6 +575,6 @@ class Worker:
             "pid": os.getpid(), "queue": self.queue.name, "in_flight": len(self.held),
             "concurrency": self.settings.concurrency, "started_at_ms": self.started_at_ms or 0,
             "stuck_threads": self.threads.overdue,
-            # The holders (job ids) of the locks kept for overdue threads, for `antre doctor`.
-            "kept_locks": [holder.split(":", 1)[0] for _, holder in self.threads.kept_locks()],
+            # The holders (job ids) of the locks kept for handlers still going, for `antre doctor`.
+            "kept_locks": [holder.split(":", 1)[0] for _, holder in self.settler.kept_locks()],
         }
