@@ -85,6 +85,10 @@ def test_hand_backs_and_shutdown_releases_are_told_apart(queue: Queue, redis_url
     handed, released = queue_states.handed_back_and_released(queue)
     _, out = run(capsys, redis_url, "inspect")
     assert "handed_back=1" in out and "released=1" in out
+    assert cli.main(["stats", "--redis-url", redis_url, "--queue", "q"]) == 0
+    [events] = [line for line in capsys.readouterr().out.splitlines()
+                if line.lstrip().startswith("events:")]
+    assert "handed_back=1" in events.split() and "released=1" in events.split()
     assert cli.main(["stats", "--redis-url", redis_url, "--queue", "q", "--json"]) == 0
     counters = json.loads(capsys.readouterr().out)["counters"]
     assert (counters["handed_back"], counters["released"]) == (1, 1)

@@ -1,4 +1,4 @@
-"""``antre stats``: the queue's counts by state."""
+"""``antre stats``: the queue's counts by state, and its lifetime event counters."""
 
 from __future__ import annotations
 
@@ -32,8 +32,12 @@ def run(args: argparse.Namespace) -> int:
         for key in ("queue", "ready", "processing", "expired_leases", "retry", "retry_due", "dead",
                     "done", "workers", "oldest_ready_age_s"):
             print(f"{key:>20}: {data[key] if data[key] is not None else '-'}")
+        # Lifetime counts of each event (retried, released, handed_back, lease_expired...).
+        events = "  ".join(f"{name}={count}" for name, count in sorted(depth.counters.items()))
+        print(f"{'events':>20}: {events or '-'}")
     return 0
 
 
-COMMAND: Final = Command("stats", "queue counts: ready, processing, retry, dead, done", json_flag,
+COMMAND: Final = Command("stats", "queue counts: ready, processing, retry, dead, done; event counters",
+                         json_flag,
                          run)
