@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from antre import Queue
 from antre.cli import build_parser, main
-from antre.commands import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE
+from antre.commands import EXIT_CONFLICT, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE
 from antre.protocol import scripts
 from antre.protocol.ack import ack_op
 from antre.protocol.claim import claim_op
@@ -47,7 +47,7 @@ def test_enqueue_prints_the_id(redis_client, redis_url, capsys):
     out = capsys.readouterr()
     assert out.out.strip() == job_id and f"already used: job {job_id} returned" in out.err
     # The key reused for another payload: refused in one line, not the first job handed out.
-    assert cli(redis_url, "enqueue", "email", "{}", "--idempotency-key", "k1") == EXIT_USAGE
+    assert cli(redis_url, "enqueue", "email", "{}", "--idempotency-key", "k1") == EXIT_CONFLICT
     out = capsys.readouterr()
     assert out.out == "" and out.err.count("\n") == 1
     assert out.err == (f"antre enqueue: idempotency key k1 was used for job {job_id} with "

@@ -21,6 +21,7 @@ import redis
 
 from antre import connection, errors
 from antre.commands import (
+    EXIT_CONFLICT,
     EXIT_NOT_FOUND,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
@@ -112,6 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(prefix, connection.describe_cluster_error(getattr(args, "redis_url", None) or "", exc),
               file=sys.stderr)
         return EXIT_UNAVAILABLE
+    except errors.IdempotencyConflict as exc:  # the key names another job: 409 in the API
+        print(prefix, exc, file=sys.stderr)
+        return EXIT_CONFLICT
     except (errors.ProtocolError, redis.ResponseError) as exc:  # OOM, NOPERM, READONLY...
         print(prefix, f"Redis refused the command: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
