@@ -8,9 +8,17 @@ custom resources last, after the operator and its RBAC: deleting the example fir
 operator still runs to remove its finalizer, is what lets a plain uninstall leave nothing
 Terminating.
 
-Exit 0 once the JobQueue no longer exists (one already gone counts); otherwise exit 1 with one
-line on stderr naming the JobQueue and what went wrong (refused, unreachable, still there at the
-deadline), which the pod's termination message carries to ``kubectl describe``.
+Exit codes (the chart's Job tells them apart in its ``podFailurePolicy``):
+
+* 0 (:data:`EXIT_GONE`): the JobQueue no longer exists (one already gone counts);
+* 2 (:data:`EXIT_USAGE`): bad arguments, argparse's one line;
+* 3 (:data:`EXIT_FAILED`): the program's own verdict, one line on stderr naming the JobQueue and
+  what went wrong (refused, no credentials, unreachable or still there at the deadline), which
+  the pod's termination message carries to ``kubectl describe``. Another pod would only wait as
+  long again for the same answer, so the Job fails at once.
+
+Anything else is not the program's verdict: 1 is Python's own exit for an uncaught exception (a
+crash, worth one more pod), 137 a kill (OOM, the node), 143 a SIGTERM (the pod deleted).
 """
 
 from __future__ import annotations
@@ -35,6 +43,11 @@ REQUEST_TIMEOUT_S: Final = 10.0
 #: Answers worth asking again before the deadline: no answer, and the API server's own trouble.
 #: A refusal (403) or a bad request will not change by waiting.
 TRANSIENT: Final = frozenset({0, 429, 500, 502, 503, 504})
+#: Exit codes, see the module docstring. Not 1, which Python gives an uncaught exception too:
+#: the chart's Job must tell a verdict from a crash.
+EXIT_GONE: Final = 0
+EXIT_USAGE: Final = 2
+EXIT_FAILED: Final = 3
 
 
 class UninstallFailed(Exception):
@@ -49,11 +62,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--namespace", required=True, help="the JobQueue's namespace")
     parser.add_argument("--name", required=True, help="the JobQueue's name")
     parser.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
-                        help="give up (exit 1) if it still exists after this long (default 120)")
+                        help=f"give up (exit {EXIT_FAILED}) if it still exists after this long "
+                             f"(default 120)")
     args = parser.parse_args(argv)
     # Comparisons with nan are false and inf has no deadline: both would wait for ever.
     if not 0 < args.timeout < math.inf:
-        parser.error("--timeout must be a positive number of seconds")
+        parser.error("--timeout must be a positive number of seconds")  # exits EXIT_USAGE
     return args
 
 
@@ -131,8 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(asyncio.run(run(args.namespace, args.name, timeout_s=args.timeout)), flush=True)
     except UninstallFailed as exc:
         print(f"antre uninstall hook: {exc}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+        return EXIT_FAILED
+    return EXIT_GONE
 
 
 if __name__ == "__main__":

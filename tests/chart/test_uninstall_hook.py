@@ -5,8 +5,11 @@ ServiceAccount, Role, RoleBinding and Job are all pre-delete hooks, created in t
 deleted once the Job has succeeded (or before the next try); the Job runs the operator's image
 (digest, pull secrets, node placement as the operator's) with a command antre_operator.uninstall
 accepts, naming the example, the release namespace and the timeout; its deadline leaves the
-program time to report its own timeout. Its RBAC is in test_rbac.py, its pod's security in
-test_pod_security.py, and the hook at work on a real API server in tests/e2e/test_helm.py.
+program time to report its own timeout; the program's own failure exit codes fail the Job at
+once (podFailurePolicy), a pod lost to its node does not count, and a crash is retried once.
+Its RBAC is in test_rbac.py, its pod's security in test_pod_security.py, the policy under the
+real Job controller in tests/e2e/test_uninstall_hook_job.py, and the hook at work on a real API
+server in tests/e2e/test_helm.py.
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ def test_the_job_deletes_the_example_with_the_operator_image(rendered: Render) -
     args = uninstall.parse_args(command[3:])
     assert (args.namespace, args.name, args.timeout) == (NAMESPACE, "demo", 45)
     assert pod["restartPolicy"] == "Never"
-    assert job["spec"]["backoffLimit"] <= 2
+    assert job["spec"]["backoffLimit"] == 1
     # The program reports its own timeout in a line; the Job's deadline only backs it up.
     assert job["spec"]["activeDeadlineSeconds"] > 45
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
@@ -125,3 +128,22 @@ def test_no_hook_object_takes_the_name_of_a_release_object(rendered: Render) -> 
             name = hook["metadata"]["name"]
             assert (hook["kind"], name) not in release, (length, hook["kind"], name)
             assert len(name) <= 63 and name.endswith("-example-uninstall"), (length, name)
+
+
+def test_the_programs_own_failures_fail_the_job_at_once(rendered: Render) -> None:
+    """backoffLimit alone ran a second pod after the program's own one-line failure, and helm
+    waited a second timeout for the same answer. The policy fails the Job on the exit codes
+    the program gives its verdicts (not on 1, Python's exit for a crash, which keeps its one
+    retry), and does not count a pod its node lost."""
+    rendering = rendered(EXAMPLE)
+    spec = rendering.one("Job", HOOK)["spec"]
+    (container,) = pod_of(rendering)["containers"]
+    # podFailurePolicy is refused without it.
+    assert pod_of(rendering)["restartPolicy"] == "Never"
+    fail, ignore = spec["podFailurePolicy"]["rules"]
+    assert fail == {"action": "FailJob", "onExitCodes": {
+        "containerName": container["name"], "operator": "In",
+        "values": sorted({uninstall.EXIT_USAGE, uninstall.EXIT_FAILED})}}
+    assert 1 not in fail["onExitCodes"]["values"]
+    assert ignore == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget",
+                                                                   "status": "True"}]}

@@ -3,7 +3,9 @@
 Aspects: a JobQueue with no finalizer is deleted at once (exit 0, one line saying so); one
 already gone is success too; one whose finalizer stays is reported at the deadline; a refusal
 (403) is one line naming the JobQueue, the namespace and the refusal, with no traceback, and
-nothing is deleted. The hook in a real ``helm uninstall`` is in test_helm.py.
+nothing is deleted. Both failures exit with the program's own code (EXIT_FAILED, not Python's 1
+for a crash), the one the chart's Job fails at once on. The hook in a real ``helm uninstall`` is
+in test_helm.py.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from antre_operator.uninstall import EXIT_FAILED
 from redis_servers import child_env
 
 from .cluster import Cluster
@@ -51,7 +54,7 @@ def test_a_finalizer_nobody_removes_is_reported_at_the_deadline(cluster: Cluster
     make_jobqueue(cluster, namespace, "held", finalizers=["example.com/keep"])
     try:
         result = uninstall(cluster.kubeconfig, namespace, "held", timeout_s=1)
-        assert result.returncode == 1
+        assert result.returncode == EXIT_FAILED
         assert result.stderr == (f"antre uninstall hook: JobQueue {namespace}/held was not "
                                  f"deleted within 1 s: still Terminating with finalizers "
                                  f"example.com/keep\n")
@@ -66,7 +69,7 @@ def test_a_refusal_is_one_line_and_deletes_nothing(cluster: Cluster, crds: None,
     cluster.kubectl("create", "serviceaccount", "nobody", "-n", namespace)
     result = uninstall(cluster.service_account_kubeconfig(namespace, "nobody"), namespace,
                        "kept")
-    assert result.returncode == 1
+    assert result.returncode == EXIT_FAILED
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"antre uninstall hook: cannot read or delete JobQueue "
                            f"{namespace}/kept: HTTP 403: "), line
