@@ -332,10 +332,16 @@ class KubeClient:
         return dict(await self.request("PATCH", path_of(kind, namespace, name, subresource),
                                        body=dict(body), content_type=MERGE_PATCH))
 
-    async def delete(self, kind: str, namespace: str, name: str) -> bool:
+    async def delete(self, kind: str, namespace: str, name: str, *,
+                     uid: str | None = None) -> bool:
+        """False when there is no such object. With ``uid``, only the object with that uid:
+        the API server answers 409 (:class:`Conflict`) when the name holds another one, made
+        since the caller read it."""
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid is not None:
+            body["preconditions"] = {"uid": uid}
         try:
-            await self.request("DELETE", path_of(kind, namespace, name),
-                               body={"propagationPolicy": "Background"})
+            await self.request("DELETE", path_of(kind, namespace, name), body=body)
         except KubeError as exc:
             if exc.status == 404:
                 return False

@@ -8,14 +8,19 @@ custom resources last, after the operator and its RBAC: deleting the example fir
 operator still runs to remove its finalizer, is what lets a plain uninstall leave nothing
 Terminating.
 
+The JobQueue is the object read first, by its uid: the delete carries it as a precondition, and
+"gone" means no object with that uid. Another JobQueue given the name meanwhile is not deleted;
+it fails the run (see :func:`delete_and_wait` for why).
+
 Exit codes (the chart's Job tells them apart in its ``podFailurePolicy``):
 
 * 0 (:data:`EXIT_GONE`): the JobQueue no longer exists (one already gone counts);
 * 2 (:data:`EXIT_USAGE`): bad arguments, argparse's one line;
 * 3 (:data:`EXIT_FAILED`): the program's own verdict, one line on stderr naming the JobQueue and
-  what went wrong (refused, no credentials, unreachable or still there at the deadline), which
-  the pod's termination message carries to ``kubectl describe``. Another pod would only wait as
-  long again for the same answer, so the Job fails at once.
+  what went wrong (refused, no credentials, unreachable or still there at the deadline, another
+  JobQueue in its place), which the pod's termination message carries to ``kubectl describe``.
+  Another pod would only wait as long again for the same answer (or read the JobQueue in its
+  place and delete it, which this run refused to), so the Job fails at once.
 
 Anything else is not the program's verdict: 1 is Python's own exit for an uncaught exception (a
 crash, worth one more pod), 137 a kill (OOM, the node), 143 a SIGTERM (the pod deleted).
@@ -28,7 +33,7 @@ import asyncio
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import kubernetes
@@ -85,34 +90,68 @@ def _why_still_there(obj: dict[str, Any]) -> str:
     return f"still Terminating with finalizers {', '.join(map(str, finalizers))}{hint}"
 
 
+def _uid(obj: Mapping[str, Any]) -> str:
+    return str(obj["metadata"]["uid"])
+
+
+def _replaced(what: str, uid: str, other: Mapping[str, Any]) -> str:
+    return (f"{what} (uid {uid}) is gone, but another of that name (uid {_uid(other)}) was made "
+            f"meanwhile, which this hook leaves alone: delete it yourself, or run helm uninstall "
+            f"again to delete it as the example")
+
+
 async def delete_and_wait(client: kube.KubeClient, namespace: str, name: str, *,
                           timeout_s: float) -> bool:
     """Delete the JobQueue and wait until that object is gone: True when this call deleted
-    it, False when it did not exist. A JobQueue of the same name made meanwhile (another uid) is
-    someone else's and left alone. Raises :class:`UninstallFailed`."""
+    it, False when it was gone first. Raises :class:`UninstallFailed`, also when the object
+    read is gone but another JobQueue of that name (another uid) stands in its place.
+
+    The delete carries the uid read (a precondition), so it deletes that object or nothing:
+    between the read and the delete (or a retry of it) the name may have come to hold another
+    JobQueue, someone else's, which the hook leaves alone. Not silently, though: helm deletes
+    the release's JobQueue by name once the hook has succeeded, after the operator and its
+    RBAC, so a successful hook would leave that one Terminating with the operator's finalizer
+    (the very thing the hook is for), or delete a JobQueue nobody asked the hook to. Failing
+    stops `helm uninstall` with everything still installed and a line saying why; the user
+    decides (a new run of the hook reads, and so deletes, whatever then has the name).
+    """
     deadline = time.monotonic() + timeout_s
     what = _what(namespace, name)
+    # The object first read: the one to delete and see gone. Read once: a delete retried after
+    # no answer still names it, not whatever holds the name by then.
     uid: str | None = None
+    answered = False  # the delete has its answer: deleted, or not that object any more
     deleted = False
     last: dict[str, Any] | None = None
     last_error: kube.KubeError | None = None
     while True:
         try:
-            if not deleted:
+            if uid is None:
                 live = await client.get(settings.KIND, namespace, name)
                 if live is None:
                     return False
-                uid = str(live["metadata"]["uid"])
-                if not await client.delete(settings.KIND, namespace, name):
-                    return False  # someone else deleted it since the read
-                deleted = True
+                uid = _uid(live)
+            if not answered:
+                try:
+                    deleted = await client.delete(settings.KIND, namespace, name, uid=uid)
+                except kube.Conflict:
+                    # The precondition failed: the name holds another uid, so the object read
+                    # was deleted by someone else (a uid never comes back) and another made
+                    # since. Not ours to delete; the read below says whether one is there now.
+                    deleted = False
+                else:
+                    if not deleted:
+                        return False  # someone else deleted it since the read
+                answered = True
             last = await client.get(settings.KIND, namespace, name)
-            if last is None or str(last["metadata"]["uid"]) != uid:
-                return True
+            if last is None:
+                return deleted
+            if _uid(last) != uid:
+                raise UninstallFailed(_replaced(what, uid, last))
             last_error = None
         except kube.KubeError as exc:
             if exc.status not in TRANSIENT:
-                action = "read or delete" if not deleted else "read"
+                action = "read or delete" if not answered else "read"
                 raise UninstallFailed(f"cannot {action} {what}: {exc}") from None
             last_error = exc
         remaining = deadline - time.monotonic()

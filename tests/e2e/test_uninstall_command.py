@@ -4,17 +4,25 @@ Aspects: a JobQueue with no finalizer is deleted at once (exit 0, one line sayin
 already gone is success too; one whose finalizer stays is reported at the deadline; a refusal
 (403) is one line naming the JobQueue, the namespace and the refusal, with no traceback, and
 nothing is deleted. Both failures exit with the program's own code (EXIT_FAILED, not Python's 1
-for a crash), the one the chart's Job fails at once on. The hook in a real ``helm uninstall`` is
-in test_helm.py.
+for a crash), the one the chart's Job fails at once on. A JobQueue of the same name made by
+someone else while the hook runs (another uid) is never deleted: not when it takes the name
+between the hook's read and its delete (the delete's uid precondition), nor when it comes after
+the delete; either way the hook fails with a line naming both uids. The hook in a real
+``helm uninstall`` is in test_helm.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from antre_operator.uninstall import EXIT_FAILED
+import kubernetes
+import pytest
+from antre_operator import kube
+from antre_operator.uninstall import EXIT_FAILED, UninstallFailed, delete_and_wait
 from redis_servers import child_env
 
 from .cluster import Cluster
@@ -76,3 +84,61 @@ def test_a_refusal_is_one_line_and_deletes_nothing(cluster: Cluster, crds: None,
     assert "forbidden" in line, line
     assert "Traceback" not in result.stderr
     assert cluster.get("jobqueue", "kept", namespace) is not None
+
+
+class RacingClient(kube.KubeClient):
+    """The program's real client, with another client's step run at one moment of the hook's:
+    just before its delete reaches the API server, or just after it is answered."""
+
+    def __init__(self, kubeconfig: Path, step: Callable[[], None], *, before: bool) -> None:
+        configuration = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=str(kubeconfig), client_configuration=configuration)
+        super().__init__(timeout_s=10, configuration=configuration)
+        self.step, self.before = step, before
+
+    async def delete(self, kind: str, namespace: str, name: str, *,
+                     uid: str | None = None) -> bool:
+        if self.before:
+            await asyncio.to_thread(self.step)
+        deleted = await super().delete(kind, namespace, name, uid=uid)
+        if not self.before:
+            await asyncio.to_thread(self.step)
+        return deleted
+
+
+def uid_of(cluster: Cluster, namespace: str, name: str) -> str:
+    live = cluster.get("jobqueue", name, namespace)
+    assert live is not None
+    return str(live["metadata"]["uid"])
+
+
+@pytest.mark.parametrize("before", [True, False], ids=["before-the-delete", "after-the-delete"])
+async def test_a_jobqueue_made_in_its_place_is_left_alone(cluster: Cluster, crds: None,
+                                                          namespace: str, before: bool) -> None:
+    """Someone deletes the JobQueue the hook read and makes another of that name (a GitOps tool
+    putting the example back, a user's own): before the hook's delete, whose uid precondition
+    (a 409) then spares it; or after, while the hook waits for its own to go. The hook deletes
+    neither that one nor anything else, and fails: helm would delete it by name next."""
+    make_jobqueue(cluster, namespace, "example")
+    read = uid_of(cluster, namespace, "example")
+
+    def replace() -> None:
+        cluster.kubectl("delete", "jobqueue", "example", "-n", namespace, "--ignore-not-found")
+        make_jobqueue(cluster, namespace, "example")
+
+    client = RacingClient(cluster.kubeconfig, replace, before=before)
+    try:
+        outcome: bool | str = await delete_and_wait(client, namespace, "example", timeout_s=10)
+    except UninstallFailed as exc:
+        outcome = str(exc)
+    finally:
+        await client.close()
+    other = cluster.get("jobqueue", "example", namespace)
+    assert other is not None, "the hook deleted the JobQueue made in its place"
+    assert other["metadata"]["uid"] != read
+    assert "deletionTimestamp" not in other["metadata"], "the hook deleted the JobQueue made in its place"
+    assert outcome == (
+        f"JobQueue {namespace}/example (uid {read}) is gone, but another of that name (uid "
+        f"{other['metadata']['uid']}) was made meanwhile, which this hook leaves alone: delete "
+        f"it yourself, or run helm uninstall again to delete it as the example")
