@@ -584,7 +584,14 @@ class Reconciler:
                     self._report(body, topic, reason="NotOurs",
                                  message=f"{kind} {name} is not ours; not deleting it")
                     continue
-                await self.kube.delete(kind, self.namespace, name)
+                try:
+                    # The uid seen: a view from a watch can be late, and the name may hold a
+                    # stranger's object by now, which only the precondition (a 409) spares.
+                    await self.kube.delete(kind, self.namespace, name,
+                                           uid=str(live["metadata"]["uid"]))
+                except kube.Conflict:
+                    self.state.children.pop(key, None)  # read again at the next step
+                    continue
                 self.state.remember_child(key, None)
             self._resolve(body, topic, reason="NotOursGone",
                           message=f"{kind} {name} is no longer a stranger's object in the way")

@@ -63,6 +63,7 @@ class FakeKube(kube.KubeClient):
     def _stamp(self, obj: dict[str, Any]) -> None:
         self._version += 1
         obj["metadata"]["resourceVersion"] = str(self._version)
+        obj["metadata"].setdefault("uid", f"uid-of-{obj['metadata']['name']}-{self._version}")
 
     async def request(self, method: str, path: str, *, body: Any = None,
                       query: Mapping[str, str] | None = None,
@@ -94,6 +95,9 @@ class FakeKube(kube.KubeClient):
             self.objects[path] = obj
             return copy.deepcopy(obj)
         if method == "DELETE" and path in self.objects:
+            wanted = ((body or {}).get("preconditions") or {}).get("uid")
+            if wanted is not None and wanted != self.objects[path]["metadata"]["uid"]:
+                raise kube.Conflict(409, "Precondition failed: UID in precondition")
             del self.objects[path]
             return {}
         raise kube.KubeError(404, "not found")
