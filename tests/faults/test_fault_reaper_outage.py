@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from antre import Queue, QueueSettings
 from antre.protocol import scripts
@@ -47,9 +48,19 @@ def test_a_reaper_loop_waits_an_outage_out_and_resumes(tmp_path: Path) -> None:
                                           worker_id="gone", max_jobs=1))
         wait_until(lambda: queue.get(job_id).status == "queued", timeout_s=15,
                    message="the expired lease requeued by the reaper's loop")
-        passes = [json.loads(line) for line in out.read_text().splitlines()]
+        # The reaper prints a pass after its script call returns: the job can be seen queued
+        # before the line is written, so the line is waited for, not read at once.
+        wait_until(lambda: sum(p["requeued"] for p in _printed_passes(out)) >= 1, timeout_s=15,
+                   message="the reaper printing the pass that requeued the lease")
+        passes = _printed_passes(out)
         assert sum(p["requeued"] for p in passes) == 1, passes
     finally:
         reaper.send_signal(signal.SIGTERM)
         reaper.wait(timeout=10)
         server.stop()
+
+
+def _printed_passes(out: Path) -> list[dict[str, Any]]:
+    """The passes the reaper has printed so far: whole lines only, as one may be half written."""
+    text = out.read_text()
+    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines()]
