@@ -313,35 +313,60 @@ async def test_a_stop_with_a_thread_still_running_keeps_its_lock(redis_client, a
     assert_invariants(redis_client, qs)
 
 
-async def test_a_stop_with_an_async_handler_outliving_its_cancellation_keeps_its_lock(
+async def test_a_stop_keeps_extending_the_lock_of_an_async_handler_still_going(
         redis_client, aredis, qs):
-    """An async handler that catches CancelledError and carries on is still going after the
-    grace period, as a thread would be: its release kept the lock in Redis, then the worker
-    freed it at once (it kept locks only for threads), and the resource's next run could start
-    beside it. The lock is now freed when the handler ends."""
+    """The stop's release keeps the lock of an async handler that carries on after its
+    cancellation, and the heartbeat extends it, but the heartbeat stopped with the worker's
+    other loops while the handler went on (``antre worker``'s asyncio.run waits for it): the
+    lock expired one lease later and the resource's next run started beside the handler. The
+    worker now waits for such handlers, extending their locks, before its loops stop."""
+    lease_s = 2.0
     registry = HandlerRegistry()
     finish = asyncio.Event()
+    spans: list[tuple[float, float]] = []
+    starts: list[float] = []
 
     @registry.handler("stubborn")
     async def stubborn(job: Job) -> None:
-        while not finish.is_set():
+        began = time.monotonic()
+        starts.append(began)
+        while len(starts) == 1 and not finish.is_set():
             try:
                 await finish.wait()
             except asyncio.CancelledError:
                 continue
+        spans.append((began, time.monotonic()))
 
     queue = Queue(redis_client, settings=qs)
     job_id = queue.enqueue("stubborn", resource_key="acct").job_id
     lock = qs.keys.resource_lock("acct")
+    stopping = running_worker(aredis, qs, registry, worker_id="w-stopped",
+                              visibility_timeout_s=lease_s, grace_period_s=0.1)
     try:
-        async with running_worker(aredis, qs, registry, grace_period_s=0.1) as worker:
-            await eventually(lambda: worker.in_flight == 1)
-        info = queue.get(job_id)
-        assert (info.status, info.history[-1].event) == ("queued", "released")
-        assert redis_client.get(lock) == f"{job_id}:1", "kept while the handler goes on"
+        worker = await stopping.__aenter__()
+        await eventually(lambda: worker.in_flight == 1 and len(starts) == 1)
+        # Another worker, waiting for the job's next run (a lock deferral re-checks at once).
+        async with running_worker(aredis, qs, registry, worker_id="w-other",
+                                  visibility_timeout_s=lease_s):
+            worker.stop()
+            await eventually(lambda: any(e.event == "released"
+                                         for e in queue.get(job_id).history),
+                             message="the job released")
+            # For two leases and more after the stop, the handler still going: the lock stays
+            # its run's, and the job's next run does not start.
+            until = time.monotonic() + lease_s * 2.5
+            while time.monotonic() < until:
+                assert redis_client.get(lock) == f"{job_id}:1", "kept while the handler goes on"
+                assert len(starts) == 1, "the next run started beside the handler still going"
+                await asyncio.sleep(0.05)
+            finish.set()
+            await stopping.__aexit__(None, None, None)
+            await eventually(lambda: status_of(redis_client, qs, job_id) == "done",
+                             message="the job run again once the handler ended")
     finally:
         finish.set()
-    await eventually(lambda: redis_client.exists(lock) == 0, message="freed once it ended")
+    first, second = sorted(spans)
+    assert second[0] >= first[1], f"two runs on the resource at once: {spans}"
     assert_invariants(redis_client, qs)
 
 

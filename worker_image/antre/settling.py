@@ -173,6 +173,23 @@ class Settler:
         return self.threads.kept_locks() + [
             lock for run in self._going_on_loop if (lock := run.kept_lock) is not None]
 
+    async def handlers_ended(self) -> None:
+        """At a stop, once every run is settled: cancels once more, then waits for, the
+        handlers still going on the loop after their release, while the heartbeat goes on
+        extending their locks. ``antre worker``'s event loop (asyncio.run) would do the same,
+        but with the heartbeat stopped: their locks would expire one lease later and the
+        resource's next job start beside them."""
+        if self._going_on_loop:
+            log.warning("async handlers go on after their cancellation; the worker waits for "
+                        "them to end (their resource locks kept meanwhile)", extra={
+                            "worker_id": self.worker_id,
+                            "job_ids": [run.claimed.id for run in self._going_on_loop]})
+        for run in self._going_on_loop:
+            if run.task is not None:
+                run.task.cancel()
+        while self._going_on_loop:
+            await asyncio.wait({run.task for run in self._going_on_loop if run.task is not None})
+
     def unlock_soon(self, run: Run) -> None:
         """A thread that kept its run's resource lock returned: free the lock. Not freed (Redis
         away), it expires one lease after the heartbeat last extended it."""

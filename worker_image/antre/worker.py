@@ -196,6 +196,8 @@ class Worker:
             await self._stopping.wait()
             await claimer
             await self._drain()
+            await self.late_renewals.finish()  # a give-back may keep a lock for a handler too
+            await self.settler.handlers_ended()  # before the heartbeat stops extending locks
         finally:
             if self._recheck is not None:
                 self._recheck.cancel()
