@@ -313,20 +313,23 @@ async def test_a_stop_with_a_thread_still_running_keeps_its_lock(redis_client, a
     assert_invariants(redis_client, qs)
 
 
+@pytest.mark.parametrize("timeout", [None, 60.0])
 async def test_a_stop_keeps_extending_the_lock_of_an_async_handler_still_going(
-        redis_client, aredis, qs):
+        redis_client, aredis, qs, timeout):
     """The stop's release keeps the lock of an async handler that carries on after its
     cancellation, and the heartbeat extends it, but the heartbeat stopped with the worker's
     other loops while the handler went on (``antre worker``'s asyncio.run waits for it): the
     lock expired one lease later and the resource's next run started beside the handler. The
-    worker now waits for such handlers, extending their locks, before its loops stop."""
+    worker now waits for such handlers, extending their locks, before its loops stop. With a job
+    timeout, asyncio.wait_for ran the handler in a task of its own (Python 3.11): the stop's
+    second cancellation ended the run's task, the handler going on, and freed the lock at once."""
     lease_s = 2.0
     registry = HandlerRegistry()
     finish = asyncio.Event()
     spans: list[tuple[float, float]] = []
     starts: list[float] = []
 
-    @registry.handler("stubborn")
+    @registry.handler("stubborn", timeout=timeout)
     async def stubborn(job: Job) -> None:
         began = time.monotonic()
         starts.append(began)

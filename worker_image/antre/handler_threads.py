@@ -72,6 +72,15 @@ async def guarded(awaitable: Awaitable[T]) -> T:
         raise HandlerExit(exc) from exc
 
 
+async def within(awaitable: Awaitable[T], timeout_s: float | None) -> T:
+    """Awaits a handler's coroutine in the calling task, for at most ``timeout_s`` (then
+    TimeoutError). Not asyncio.wait_for: on Python 3.11 that runs it in a task of its own, which
+    a handler catching its cancellation keeps going after a second cancellation has ended the
+    caller's task, and a run's task ending is what frees the resource lock kept for it."""
+    async with asyncio.timeout(timeout_s):
+        return await awaitable
+
+
 @dataclass(slots=True, eq=False)
 class _Thread:
     run: Run
@@ -189,8 +198,7 @@ class HandlerThreads:
             raise ThreadTimeout
         result = returned.result()
         if inspect.isawaitable(result):  # a sync wrapper around a coroutine function
-            outcome = guarded(result)
-            await (asyncio.wait_for(outcome, timeout_s) if timeout_s is not None else outcome)
+            await within(guarded(result), timeout_s)
 
     def _work(self, loop: asyncio.AbstractEventLoop, run: Run, fn: Callable[[Any], Any],
               job: Any) -> None:

@@ -24,7 +24,7 @@ from antre import failures, idle_wait, logs, queue_registry, redis_checks, traci
 from antre.ack_batcher import AckBatcher
 from antre.errors import NotReplicated
 from antre.failures import Failure
-from antre.handler_threads import HandlerThreads, guarded
+from antre.handler_threads import HandlerThreads, guarded, within
 from antre.handlers import Handler, HandlerRegistry
 from antre.heartbeat import Heartbeat
 from antre.held_runs import HeldRuns
@@ -548,8 +548,7 @@ class Worker:
                               claimed.attempt}, parent=run.trace_parent, kind="consumer"):
                 if handler.is_async:
                     run.cancellable = True
-                    outcome = guarded(handler.fn(job))
-                    await (asyncio.wait_for(outcome, timeout_s) if timeout_s is not None else outcome)
+                    await within(guarded(handler.fn(job)), timeout_s)
                 else:
                     if returned is None:
                         returned = self.threads.start(run, handler.fn, job)
