@@ -55,6 +55,11 @@ class Conflict(KubeError):
     """409: the object already exists (create) or changed meanwhile."""
 
 
+class Replaced(KubeError):
+    """422 for the uid an apply named (:meth:`KubeClient.apply`): the name holds another
+    object than the one the caller saw (that one deleted, another made since)."""
+
+
 class NamespaceTerminating(KubeError):
     """403: the namespace is being deleted, and nothing new may be created in it."""
 
@@ -71,6 +76,8 @@ def error_for(status: int, reason: str | None, text: str) -> KubeError:
     causes = (answer.get("details") or {}).get("causes") or []
     if status == 409:
         return Conflict(status, message)
+    if status == 422 and any(cause.get("field") == "metadata.uid" for cause in causes):
+        return Replaced(status, message)
     if status == 403 and any(cause.get("reason") == "NamespaceTerminating" for cause in causes):
         return NamespaceTerminating(status, message)
     return KubeError(status, message)
@@ -375,11 +382,18 @@ class KubeClient:
         kind, namespace, name = desired["kind"], meta["namespace"], meta["name"]
         if live is None:
             live = await self.get(kind, namespace, name)
+        body = dict(desired)
         if live is not None:
             check_owned(desired, live)
             live = await self._upgrade_ownership(kind, namespace, name, live)
+            # The uid of the object checked: a view from a watch can be late, and the name
+            # may hold a stranger's object by now, which the apply would take over. The API
+            # server refuses a uid that is not the object's (422, as :class:`Replaced`).
+            uid = (live.get("metadata") or {}).get("uid")
+            if uid:
+                body["metadata"] = {**meta, "uid": uid}
         stored = dict(await self.request(
-            "PATCH", path_of(kind, namespace, name), body=dict(desired),
+            "PATCH", path_of(kind, namespace, name), body=body,
             query={"fieldManager": FIELD_MANAGER, "force": "true"}, content_type=APPLY_PATCH))
         check_identity(kind, namespace, name, stored)
         if live is None:

@@ -548,9 +548,10 @@ class Reconciler:
             self.state.applied[key] = Applied(manifest, None, None)
             try:
                 action, stored = await self.kube.apply(manifest, live)
-            except kube.NotOwned:
+            except (kube.NotOwned, kube.Replaced):
                 # Our watches filter on our labels and would never refresh this view: forget
                 # it, so the next poll reads again (and sees the stranger gone once deleted).
+                # Replaced: the view was late, the name holds another object; read it too.
                 self.state.children.pop(key, None)
                 self.state.applied.pop(key, None)
                 raise

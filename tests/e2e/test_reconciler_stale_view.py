@@ -1,17 +1,19 @@
 """The operator's reconciler, in process, on a real API server, with a view of a child that a
 watch has not brought up to date yet.
 
-Aspect: a child the spec no longer wants (here the API Deployment, the spec has no ``api``) is
+Aspects: a child the spec no longer wants (here the API Deployment, the spec has no ``api``) is
 deleted by the uid the operator saw. When the name holds a stranger's object by then (ours was
 deleted and someone made their own of that name, and the watch event is still on its way), the
 API server's uid precondition (a 409) spares it: the operator deletes nothing, and the next step
-reads the name again and reports the stranger's object as not ours.
+reads the name again and reports the stranger's object as not ours. A child the spec wants is
+applied naming the uid seen, so the same late view never takes the stranger's object over.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -33,6 +35,15 @@ def stranger_deployment(name: str) -> dict[str, Any]:
     }
 
 
+def stranger_cronjob(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name},
+        "spec": {"schedule": "0 0 1 1 *", "suspend": True, "jobTemplate": {"spec": {"template": {
+            "spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "c", "image": "busybox"}]}}}}},
+    }
+
+
 def real_client(cluster: Cluster) -> kube.KubeClient:
     configuration = kubernetes.client.Configuration()
     kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
@@ -40,17 +51,24 @@ def real_client(cluster: Cluster) -> kube.KubeClient:
     return kube.KubeClient(timeout_s=30, configuration=configuration)
 
 
-def test_a_stale_view_never_deletes_a_strangers_object(cluster: Cluster, crds: None,
-                                                       namespace: str,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+#: What the test checks between the two steps: the state, and the Events so far.
+Between = Callable[[reconciling.OperatorState, list[dict[str, Any]]], None]
+
+
+def two_steps_with_a_late_view(cluster: Cluster, namespace: str, monkeypatch: pytest.MonkeyPatch,
+                               stranger: dict[str, Any], between: Between,
+                               ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Makes JobQueue ``jq`` (its Redis unreachable) and the ``stranger`` object under the name
+    of one of its children, then runs two reconcile steps whose view of that child is what a
+    late watch still shows: the operator's own child, orphaned (adoptable), under that name,
+    with the uid ours had. Returns the stranger's object as made, and the Events."""
     cluster.apply(jobqueue("jq", redis={"url": "redis://127.0.0.1:1/0"}), namespace=namespace)
     body = cluster.get("jobqueue", "jq", namespace)
     assert body is not None
-    cluster.apply(stranger_deployment("jq-api"), namespace=namespace)
-    theirs = cluster.get("deployment", "jq-api", namespace)
+    cluster.apply(stranger, namespace=namespace)
+    kind, name = stranger["kind"], stranger["metadata"]["name"]
+    theirs = cluster.get(kind.lower(), name, namespace)
     assert theirs is not None
-    # What a late watch still shows: the operator's own API Deployment, orphaned (adoptable),
-    # under the name the stranger's object now holds; its uid is the one ours had.
     ours = copy.deepcopy(theirs)
     ours["metadata"].update(uid="00000000-0000-0000-0000-00000000a11e", labels={
         settings.LABEL_MANAGED_BY: settings.MANAGED_BY, settings.LABEL_JOBQUEUE: "jq"})
@@ -65,18 +83,50 @@ def test_a_stale_view_never_deletes_a_strangers_object(cluster: Cluster, crds: N
         state.kube = real_client(cluster)
         rec = reconciling.Reconciler(state, namespace=namespace, name="jq")
         try:
-            state.remember_child(("Deployment", namespace, "jq-api"), ours)
+            state.remember_child((kind, namespace, name), ours)
             await rec.step(body)
-            assert not [e for e in events if e["reason"] == "NotOurs"], events
+            between(state, events)
             await rec.step(body)  # reads the name again: a stranger's object, left alone
         finally:
             await rec.close()
             await state.kube.close()
 
     asyncio.run(two_steps())
+    return theirs, events
+
+
+def test_a_stale_view_never_deletes_a_strangers_object(cluster: Cluster, crds: None,
+                                                       namespace: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    def between(_state: reconciling.OperatorState, events: list[dict[str, Any]]) -> None:
+        assert not [e for e in events if e["reason"] == "NotOurs"], events
+
+    theirs, events = two_steps_with_a_late_view(cluster, namespace, monkeypatch,
+                                                stranger_deployment("jq-api"), between)
     live = cluster.get("deployment", "jq-api", namespace)
     assert live is not None and live["metadata"]["uid"] == theirs["metadata"]["uid"], (
         "the operator deleted a stranger's Deployment it took for its own")
     assert "deletionTimestamp" not in live["metadata"]
     [not_ours] = [e for e in events if e["reason"] == "NotOurs"]
     assert not_ours["message"] == "Deployment jq-api is not ours; not deleting it"
+
+
+def test_a_stale_view_never_takes_over_a_strangers_object(cluster: Cluster, crds: None,
+                                                          namespace: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same late view, of a child the spec wants (the reaper CronJob): the apply it makes
+    names the uid seen, so the API server refuses it (422) rather than the stranger's object
+    being taken over (our labels, our owner, our spec); the next step reads the name again."""
+    def between(state: reconciling.OperatorState, _events: list[dict[str, Any]]) -> None:
+        assert ("CronJob", namespace, "jq-reaper") not in state.children, "read again next"
+
+    theirs, events = two_steps_with_a_late_view(cluster, namespace, monkeypatch,
+                                                stranger_cronjob("jq-reaper"), between)
+    live = cluster.get("cronjob", "jq-reaper", namespace)
+    assert live is not None and live["metadata"]["uid"] == theirs["metadata"]["uid"]
+    assert live["metadata"].get("labels") == theirs["metadata"].get("labels"), (
+        "the operator applied its reaper CronJob onto a stranger's it took for its own")
+    assert not live["metadata"].get("ownerReferences")
+    assert live["spec"] == theirs["spec"]
+    applies = [e["message"] for e in events if e["reason"] == "ApplyFailed"]
+    assert applies and "metadata.uid" in applies[0], events

@@ -87,6 +87,9 @@ class FakeKube(kube.KubeClient):
         if path.endswith("/status"):
             path, subresource = path.removesuffix("/status"), "status"
         if method == "PATCH" and path in self.objects:
+            sent_uid = ((body or {}).get("metadata") or {}).get("uid") if isinstance(body, dict) else None
+            if sent_uid is not None and sent_uid != self.objects[path]["metadata"].get("uid"):
+                raise kube.Replaced(422, "metadata.uid: Invalid value: field is immutable")
             obj = merge_patch(self.objects[path], body)
             del subresource
             if obj == self.objects[path]:
