@@ -373,6 +373,43 @@ async def test_a_stop_keeps_extending_the_lock_of_an_async_handler_still_going(
     assert_invariants(redis_client, qs)
 
 
+
+async def test_a_stop_renews_the_leases_it_is_about_to_give_back(redis_client, aredis, qs):
+    """A stop marks the runs it gives back released, then gives cancelled async handlers a
+    second to end before the release; the heartbeat skipped released runs, so with a lease that
+    short (the least allowed) the lease and its resource lock expired first: the reaper
+    requeued the job (its attempt spent), the run was lease_lost, and the lock was not kept for
+    the handler still going."""
+    registry = HandlerRegistry()
+    finish = asyncio.Event()
+
+    @registry.handler("stubborn")
+    async def stubborn(job: Job) -> None:
+        while not finish.is_set():
+            try:
+                await finish.wait()
+            except asyncio.CancelledError:
+                continue
+
+    queue = Queue(redis_client, settings=qs)
+    job_id = queue.enqueue("stubborn", resource_key="acct").job_id
+    stopping = running_worker(aredis, qs, registry, visibility_timeout_s=1.0,
+                              grace_period_s=0.1)
+    try:
+        worker = await stopping.__aenter__()
+        await eventually(lambda: worker.in_flight == 1)
+        worker.stop()
+        await eventually(lambda: worker.in_flight == 0, message="the job given back")
+        info = queue.get(job_id)
+        events = [e.event for e in info.history if e.event != "extended"]
+        assert events == ["enqueued", "claimed", "released"], events
+        assert info.attempt == 0, "a stop's release refunds the attempt"
+        assert redis_client.get(qs.keys.resource_lock("acct")) == f"{job_id}:1"
+    finally:
+        finish.set()
+        await stopping.__aexit__(None, None, None)
+    assert_invariants(redis_client, qs)
+
 EXITING_HANDLERS = """\
 import sys
 

@@ -92,10 +92,13 @@ class HeldRuns:
             del self._runs[run.claimed.id]
 
     def renewing(self) -> list[Run]:
-        """The runs whose leases the heartbeat is about to extend: runs neither lost nor given
-        back. Until :meth:`renewal_answered`, one of them reaching its deadline is abandoned
-        with its outcome left to the answer."""
-        runs = [run for run in self._runs.values() if not run.lost and not run.released]
+        """The runs whose leases the heartbeat is about to extend: runs not lost. A run being
+        given back is one of them until its release lands (it is forgotten then): a stop gives
+        cancelled handlers a second before it releases them, and a lease left to run out
+        meanwhile frees the job and its resource lock beside a handler still going. Until
+        :meth:`renewal_answered`, one of them reaching its deadline is abandoned with its
+        outcome left to the answer."""
+        runs = [run for run in self._runs.values() if not run.lost]
         self._renewing = set(runs)
         return runs
 
