@@ -77,6 +77,8 @@ async def within(awaitable: Awaitable[T], timeout_s: float | None) -> T:
     TimeoutError). Not asyncio.wait_for: on Python 3.11 that runs it in a task of its own, which
     a handler catching its cancellation keeps going after a second cancellation has ended the
     caller's task, and a run's task ending is what frees the resource lock kept for it."""
+    if timeout_s is None:
+        return await awaitable
     async with asyncio.timeout(timeout_s):
         return await awaitable
 
