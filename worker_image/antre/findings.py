@@ -310,7 +310,8 @@ def diagnose(snapshot: Snapshot, thresholds: Thresholds = Thresholds()) -> list[
                         f"{keeper.worker_id} (pod {keeper.pod}); it is extended until the "
                         "handler ends",
                         "jobs for that resource wait for that handler: find what it blocks on "
-                        "(see stuck_threads); restarting the pod frees the lock one visibility "
+                        "(a thread is also counted in stuck_threads; an async handler is named "
+                        "in the worker's log); restarting the pod frees the lock one visibility "
                         "timeout later"))
         elif not lock.holder_processing:
             add(Finding(Severity.WARNING, "orphaned_lock",
