@@ -356,6 +356,14 @@ def drain_run(adapter: Adapter, r: redis.Redis, url: str, *, jobs: int, processe
         records.cleanup()
 
 
+def callgrind_totals(dump: Path) -> int:
+    """The instructions a callgrind dump counted."""
+    for line in dump.read_text(errors="replace").splitlines():
+        if line.startswith("totals:"):
+            return int(line.split()[1])
+    raise BenchError(f"{dump}: no totals line")
+
+
 def redis_cpu_s(r: redis.Redis) -> float:
     """User + system CPU seconds redis-server has used since it started."""
     cpu = r.info("cpu")

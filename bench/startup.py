@@ -91,7 +91,7 @@ def first_job_instructions(adapter: h.Adapter, url: str, *, timeout_s: float = 3
                 subprocess.run(["callgrind_control", "--dump", str(pid)], check=False,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
             # A dump is written as "cg.<pid>.<n>"; the counts at exit ("cg.<pid>") are not used.
-            return sum(_totals(path) for path in dumps.glob("cg.*.*"))
+            return sum(h.callgrind_totals(path) for path in dumps.glob("cg.*.*"))
         finally:
             group.stop()
     finally:
@@ -108,13 +108,6 @@ def _process_group(pgid: int) -> list[int]:
         if int(fields[2]) == pgid:  # field 5 of /proc/<pid>/stat: the process group
             pids.append(int(stat.parent.name))
     return pids
-
-
-def _totals(dump: Path) -> int:
-    for line in dump.read_text(errors="replace").splitlines():
-        if line.startswith("totals:"):
-            return int(line.split()[1])
-    raise h.BenchError(f"{dump}: no totals line")
 
 
 def instructions(adapters: dict[str, h.Adapter], url: str, runs: int) -> None:

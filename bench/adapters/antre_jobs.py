@@ -34,6 +34,11 @@ async def latency(job: antre.Job) -> None:
     _record.started(job.payload)
 
 
+@antre.handler("latency_def")
+def latency_def(job: antre.Job) -> None:
+    _record.started(job.payload)
+
+
 @antre.handler("io_def")
 def io_def(job: antre.Job) -> None:
     _record.io_sync()
