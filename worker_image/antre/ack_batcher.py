@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 from antre import tracing
+from antre.direct_connection import DirectConnection
 from antre.outages import Outages
 from antre.outcomes import Outcomes
 from antre.protocol import scripts
@@ -26,6 +27,8 @@ class AckBatcher:
                  outcomes: Outcomes, retry_window_s: float,
                  on_settled: Callable[[Run], None]) -> None:
         self.queue = queue
+        #: The batcher's own connection: one ack call at a time.
+        self.connection = DirectConnection(outages.redis)
         self.worker_id = worker_id
         self.outages = outages
         self.outcomes = outcomes
@@ -59,7 +62,8 @@ class AckBatcher:
         try:
             result = await self.outages.settle(
                 ack_op(self.queue, [run.lease for run in batch], worker_id=self.worker_id,
-                       retry_window_ms=self.retry_window_ms), budget_s=None)
+                       retry_window_ms=self.retry_window_ms), budget_s=None,
+                call=self.connection.run)
         except asyncio.CancelledError:  # the worker stopped before Redis came back
             for run in batch:
                 self.on_settled(run)
@@ -95,3 +99,7 @@ class AckBatcher:
         while (self._pending or not self._idle.is_set()) and time.monotonic() < deadline:
             self._ready.set()
             await asyncio.sleep(0.01)
+
+    async def close(self) -> None:
+        """Gives the batcher's connection back to the pool (once its loop has ended)."""
+        await self.connection.release()

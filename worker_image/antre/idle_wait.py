@@ -13,9 +13,11 @@ must not count their leases from the send: :attr:`IdleWait.waited_s` says how lo
 the claim back, measured on Redis's clock alone (a ``TIME`` sent with the wait, and the time the
 claim reports), so no two clocks are compared.
 
-The wait keeps one connection of the client's pool for itself. A stop unblocks it with
-``CLIENT UNBLOCK`` from another connection instead of cancelling the read: a cancelled read
-could lose the reply of a claim that already ran, stranding its jobs until their leases expire.
+The wait keeps one connection of the client's pool for itself
+(:class:`~antre.direct_connection.DirectConnection`), on which the claim loop also sends the
+claims it makes without waiting. A stop unblocks it with ``CLIENT UNBLOCK`` from another
+connection instead of cancelling the read: a cancelled read could lose the reply of a claim
+that already ran, stranding its jobs until their leases expire.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import redis
 import redis.asyncio
 
 from antre import errors
+from antre.direct_connection import DirectConnection
 from antre.protocol import scripts
 from antre.protocol.scripts import Op
 
@@ -47,7 +50,8 @@ def supported(client: Any, op: Op[Any]) -> bool:
 class IdleWait:
     def __init__(self, client: Any) -> None:
         self.client = client
-        self._connection: Any = None
+        #: The wait's own connection, also the claim loop's for the claims it sends at once.
+        self.connection = DirectConnection(client)
         #: Redis's id of the waiting connection, while a wait is under way (for CLIENT UNBLOCK).
         self._blocked_id: asyncio.Future[int] | None = None
         self._interrupted = False
@@ -58,12 +62,10 @@ class IdleWait:
         """Blocks up to ``timeout_s`` until ``ready_key`` holds a job, then runs ``op`` (the
         claim) at once; returns its result, empty if it found nothing. Raises what
         :func:`scripts.run_async` raises."""
-        if self._connection is None:
-            self._connection = await self.client.connection_pool.get_connection()
         self.waited_s = 0.0
         if self._interrupted:
-            return await scripts.run_async(self.client, op)
-        connection = self._connection
+            return await self.connection.run(op)
+        connection = self.connection
         timeout = max(round(timeout_s, 3), 0.001)
         commands = [("CLIENT", "ID"), ("TIME",),
                     ("BLMOVE", ready_key, ready_key, "RIGHT", "RIGHT", timeout),
@@ -71,19 +73,20 @@ class IdleWait:
         blocked_id = self._blocked_id = asyncio.get_running_loop().create_future()
         try:
             sent_at = time.monotonic()
-            await connection.send_packed_command(connection.pack_commands(commands))
-            blocked_id.set_result(int(await connection.read_response()))
-            seconds, micros = await connection.read_response()
+            await connection.send(commands)
+            blocked_id.set_result(int(await connection.read()))
+            seconds, micros = await connection.read()
             waited_from_ms = int(seconds) * 1000 + int(micros) // 1000
-            await connection.read_response(timeout=timeout + connection.socket_timeout)
+            socket_timeout = (await connection.connection()).socket_timeout or 0.0
+            await connection.read(timeout_s=timeout + socket_timeout)
             wait_replied_at = time.monotonic()
             try:
-                reply = await connection.read_response()
+                reply = await connection.read()
             except redis.ResponseError as exc:
                 reply = exc
         except BaseException as exc:
             # A half-read connection must never be reused: its next reply would be this one's.
-            await self._drop()
+            await connection.drop()
             if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
                 raise errors.RedisUnavailable(f"Redis is unreachable: {exc}") from exc
             raise
@@ -113,15 +116,4 @@ class IdleWait:
             await self.client.client_unblock(await blocked_id)
 
     async def close(self) -> None:
-        if self._connection is not None:
-            connection, self._connection = self._connection, None
-            with contextlib.suppress(Exception):
-                await self.client.connection_pool.release(connection)
-
-    async def _drop(self) -> None:
-        connection, self._connection = self._connection, None
-        with contextlib.suppress(Exception):
-            await connection.disconnect()
-        with contextlib.suppress(Exception):
-            await self.client.connection_pool.release(connection)
-
+        await self.connection.release()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from antre import errors
@@ -41,13 +42,17 @@ class Outages:
             self.metrics.redis_errors.labels(self.queue_name, operation).inc()
         await asyncio.sleep(OUTAGE_BACKOFF.delay_ms(count) / 1000 + 0.01)
 
-    async def settle(self, op: scripts.Op[T], *, budget_s: float | None) -> T:
-        """Runs a settle call, retrying through an outage for up to ``budget_s`` (None: until it
-        lands). A refusal of the script itself (lease lost, job gone) is raised at once."""
+    async def settle(self, op: scripts.Op[T], *, budget_s: float | None,
+                     call: Callable[[scripts.Op[T]], Awaitable[T]] | None = None) -> T:
+        """Runs a settle call (through ``call``, else the client), retrying through an outage
+        for up to ``budget_s`` (None: until it lands). A refusal of the script itself (lease
+        lost, job gone) is raised at once."""
         deadline = time.monotonic() + (float("inf") if budget_s is None else budget_s)
         attempt = 0
         while True:
             try:
+                if call is not None:
+                    return await call(op)
                 return await scripts.run_async(self.redis, op)
             except (errors.LeaseLost, errors.JobNotFound):
                 raise

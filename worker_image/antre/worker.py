@@ -211,6 +211,7 @@ class Worker:
                     task.cancel()
             await asyncio.gather(claimer, *background, return_exceptions=True)
             await self._idle.close()
+            await self.acks.close()
             await self.heartbeat.unregister()
             await self.late_renewals.finish()  # before the unlocks a release may start
             await self.settler.finish()
@@ -344,7 +345,7 @@ class Worker:
                 # until their leases expire (a stop interrupts the idle wait instead).
                 claim_ns, claim_sent_at = time.time_ns(), time.monotonic()
                 if wait_s is None:
-                    result = await scripts.run_async(self.redis, op)
+                    result = await self._idle.connection.run(op)
                     self.prefetch.claimed(time.monotonic() - claim_sent_at)
                 elif idle_wait.supported(self.redis, op):
                     result = await self._idle.claim_when_ready(self.queue.keys.ready, op, wait_s)

@@ -1,0 +1,160 @@
+"""The worker's loops write commands to their own connection and read the replies from its parser
+(antre.direct_connection), keeping what redis-py's layers gave them: the same results and
+errors, a deadline on every reply, a dropped connection dialled again, the health check of an
+idle connection, and a connection class's own way of reading replies."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+from antre import Queue, connection
+from antre.direct_connection import DirectConnection
+from antre.protocol import scripts
+from antre.protocol.claim import ClaimResult, claim_op
+from antre.settings import QueueSettings, WorkerSettings
+
+QS = QueueSettings(name="direct")
+
+
+def _claim() -> scripts.Op[ClaimResult]:
+    return claim_op(QS, WorkerSettings(), worker_id="w-direct", max_jobs=5)
+
+
+def _enqueue(redis_url: str, count: int) -> list[str]:
+    queue = Queue.from_url(redis_url, settings=QS)
+    try:
+        return [queue.enqueue("noop", {"n": n}).job_id for n in range(count)]
+    finally:
+        queue.close()
+
+
+async def test_a_script_call_answers_as_through_the_client(redis_url: str,
+                                                           redis_client: Any) -> None:
+    ids = _enqueue(redis_url, 2)
+    client = connection.connect_async(redis_url)
+    direct = DirectConnection(client)
+    try:
+        first = await direct.run(_claim())
+        again = await scripts.run_async(client, _claim())
+    finally:
+        await direct.release()
+        await client.aclose()
+    assert sorted(job.id for job in first.jobs) == sorted(ids)
+    assert again.jobs == []
+
+
+async def test_a_script_flushed_from_redis_is_loaded_again(redis_url: str,
+                                                          redis_client: Any) -> None:
+    client = connection.connect_async(redis_url)
+    direct = DirectConnection(client)
+    try:
+        await direct.run(_claim())
+        redis_client.script_flush()
+        ids = _enqueue(redis_url, 1)
+        assert [job.id for job in (await direct.run(_claim())).jobs] == ids
+    finally:
+        await direct.release()
+        await client.aclose()
+
+
+async def test_a_reply_later_than_the_socket_timeout_closes_the_connection(
+        redis_url: str, redis_client: Any) -> None:
+    client = connection.connect_async(redis_url, socket_timeout=0.3)
+    direct = DirectConnection(client)
+    try:
+        await direct.send([("BLPOP", "never-pushed", 3)])
+        started = time.monotonic()
+        with pytest.raises(redis.TimeoutError):
+            await direct.read()
+        assert time.monotonic() - started < 1.5
+        # The reply of that BLPOP must never be read as the next call's: a new connection.
+        ids = _enqueue(redis_url, 1)
+        assert [job.id for job in (await direct.run(_claim())).jobs] == ids
+    finally:
+        await direct.release()
+        await client.aclose()
+
+
+async def test_a_reply_within_a_longer_timeout_is_read(redis_url: str,
+                                                      redis_client: Any) -> None:
+    client = connection.connect_async(redis_url, socket_timeout=0.3)
+    direct = DirectConnection(client)
+    try:
+        await direct.send([("BLPOP", "pushed-later", 2)])
+        await asyncio.sleep(0.5)  # past the socket timeout, before the read's own
+        redis_client.rpush("pushed-later", "x")
+        assert await direct.read(timeout_s=2.5) == ["pushed-later", "x"]
+    finally:
+        await direct.release()
+        await client.aclose()
+
+
+async def test_a_connection_the_server_closed_is_dialled_again(redis_url: str,
+                                                              redis_client: Any) -> None:
+    client = connection.connect_async(redis_url)
+    direct = DirectConnection(client)
+    try:
+        await direct.send([("CLIENT", "ID")])
+        connection_id = await direct.read()
+        assert redis_client.client_kill_filter(_id=connection_id) == 1
+        await asyncio.sleep(0.1)  # closed while idle, as between two of a loop's calls
+        ids = _enqueue(redis_url, 1)
+        assert [job.id for job in (await direct.run(_claim())).jobs] == ids
+    finally:
+        await direct.release()
+        await client.aclose()
+
+
+def _pings(redis_client: Any) -> int:
+    return int(redis_client.info("commandstats").get("cmdstat_ping", {}).get("calls", 0))
+
+
+async def test_a_connection_idle_past_the_health_check_interval_is_pinged_first(
+        redis_url: str, redis_client: Any) -> None:
+    client = connection.connect_async(redis_url, health_check_interval=1)
+    direct = DirectConnection(client)
+    try:
+        await direct.run(_claim())
+        pings = _pings(redis_client)
+        await direct.run(_claim())
+        assert _pings(redis_client) == pings  # used within the interval: no PING
+        await asyncio.sleep(1.2)
+        await direct.run(_claim())
+        assert _pings(redis_client) == pings + 1
+    finally:
+        await direct.release()
+        await client.aclose()
+
+
+class _CountingReads(redis.asyncio.Connection):
+    """Reads replies its own way, as Sentinel's connections do (a READONLY reply reconnects)."""
+
+    reads = 0
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        _CountingReads.reads += 1
+        return await super().read_response(*args, **kwargs)
+
+
+async def test_a_connection_class_that_reads_its_own_way_is_left_to_read(
+        redis_url: str, redis_client: Any) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True,
+                                          connection_class=_CountingReads)
+    direct = DirectConnection(client)
+    _CountingReads.reads = 0
+    try:
+        ids = _enqueue(redis_url, 1)
+        assert [job.id for job in (await direct.run(_claim())).jobs] == ids
+        assert _CountingReads.reads >= 1
+        reads = _CountingReads.reads
+        await direct.send([("PING",)])
+        assert await direct.read() in ("PONG", True)
+        assert _CountingReads.reads == reads + 1
+    finally:
+        await direct.release()
+        await client.aclose()
