@@ -18,6 +18,7 @@ from antre.handlers import HandlerRegistry
 from antre.metrics import WorkerMetrics
 from antre.protocol.claim import claim_op
 from antre.protocol.release import FREE_RELEASES
+from antre.protocol.scripts import load as load_script
 from antre.settings import QueueSettings, WorkerSettings
 from invariants import as_queued_hash, assert_invariants, read_record, read_records
 from redis_servers import running_redis
@@ -387,6 +388,51 @@ async def test_no_warning_with_noeviction(redis_client, aredis, qs, caplog):
     async with running_worker(aredis, qs, registry) as worker:
         await eventually(lambda: worker.in_flight == 0 and redis_client.exists(qs.keys.worker("w1")))
     assert not [r for r in caplog.records if "maxmemory-policy" in r.getMessage()]
+
+
+async def test_an_ack_lost_with_its_idle_wait_is_sent_again(redis_client, redis_url, qs, caplog):
+    """The ack of a job that ran while the worker was idle goes in the write of the next idle
+    wait; the connection drops after Redis ran the ack and before its reply arrived. The ack
+    goes back to the ack batcher, which sends it again on its own connection: Redis answers
+    that lease acked, so the run counts as succeeded, and the job ran once."""
+    caplog.set_level(logging.INFO, logger="antre.worker")
+    registry = HandlerRegistry()
+    ran: list[str] = []
+
+    @registry.handler("t")
+    async def record(job):
+        ran.append(job.id)
+
+    queue = Queue(redis_client, settings=qs)
+    redis_port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    async with ReplyCutter(redis_port) as cutter:
+        client = connect_async(cutter.url)
+        try:
+            async with running_worker(client, qs, registry) as worker:
+                await eventually(lambda: any(c["cmd"] == "blmove" and "b" in c["flags"]
+                                             for c in redis_client.client_list()),
+                                 message="the worker waiting on an empty queue")
+                ack = load_script("ack")
+                redis_client.script_load(ack.text)  # not the first ack: no NOSCRIPT reply
+                cutter.hold_replies_after(ack.sha.encode())
+                job_id = queue.enqueue("t").job_id
+                await asyncio.wait_for(cutter.holding.wait(), 5)
+                await eventually(lambda: status_of(redis_client, qs, job_id) == "done",
+                                 message="the ack ran in Redis")
+                cutter.cut()
+                await eventually(lambda: worker.succeeded == 1, timeout_s=10,
+                                 message="the ack answered")
+                assert worker.in_flight == 0
+        finally:
+            await client.aclose()
+    assert ran == [job_id]
+    events = [e.event for e in queue.get(job_id).history if e.event != "extended"]
+    assert events == ["enqueued", "claimed", "acked"]
+    # The connection cut was the idle wait's (the claim loop's), not the ack batcher's.
+    failed = [r for r in caplog.records if r.getMessage() == "redis call failed; retrying with backoff"]
+    assert [r.operation for r in failed] == ["claim"]
+    assert not lifecycle_events(caplog, "lease_lost")
+    assert_invariants(redis_client, qs)
 
 
 @pytest.mark.parametrize("claim_path", ["idle wait", "direct"])

@@ -18,7 +18,7 @@ import contextlib
 import statistics
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -178,41 +178,69 @@ async def test_stop_ends_the_blocking_wait_at_once(redis_client: Any, redis_url:
 
 
 @contextlib.contextmanager
-def claims_seen(redis_client: Any) -> Any:
-    """Counts the claim script's calls Redis runs meanwhile (``MONITOR``): yields a list that
-    holds, once the block ends, the number of plain claims and of claims sent behind a BLMOVE."""
-    claim_sha = load_script("claim").sha
-    counts = [0, 0]
-    stop_token = "claims-seen-stop"
+def monitoring(redis_client: Any, seen: Callable[[str, str, list[str]], None]) -> Iterator[None]:
+    """Calls ``seen(connection, NAME, words)`` for each command a client sends meanwhile, in
+    the order Redis ran them (``MONITOR``; the commands scripts run are left out)."""
+    stop_token = "monitoring-stop"
     monitor = redis_client.monitor()
     monitor.connection.send_command("MONITOR")  # subscribed before the block runs
     assert monitor.connection.read_response() in ("OK", b"OK")
 
     def listen() -> None:
-        previous: dict[str, str] = {}  # per connection: the command it ran last
         while True:
-            seen = monitor.next_command()
-            words = str(seen["command"]).split()
+            command = monitor.next_command()
+            words = str(command["command"]).split()
             if stop_token in words:
                 return
-            if not words or seen.get("client_type") == "lua":
-                continue  # the commands a script runs
-            connection = f"{seen['client_address']}:{seen['client_port']}"
-            name = words[0].upper()
-            if name == "EVALSHA" and len(words) > 1 and words[1] == claim_sha:
-                counts[1 if previous.get(connection) == "BLMOVE" else 0] += 1
-            previous[connection] = name
+            if words and command.get("client_type") != "lua":
+                seen(f"{command['client_address']}:{command['client_port']}", words[0].upper(),
+                     words)
 
     listener = threading.Thread(target=listen, daemon=True)
     listener.start()
-    result: list[int] = []
     try:
-        yield result
+        yield
     finally:
         redis_client.echo(stop_token)
         listener.join(timeout=10)
         monitor.connection.disconnect()
-        result.extend(counts)
+
+
+@contextlib.contextmanager
+def claims_seen(redis_client: Any) -> Iterator[list[int]]:
+    """Counts the claim script's calls Redis runs meanwhile: yields the number of plain claims
+    and of claims sent behind a BLMOVE, final once the block ends."""
+    claim_sha = load_script("claim").sha
+    counts = [0, 0]
+    previous: dict[str, str] = {}  # per connection: the command it ran last
+
+    def seen(connection: str, name: str, words: list[str]) -> None:
+        if name == "EVALSHA" and len(words) > 1 and words[1] == claim_sha:
+            counts[1 if previous.get(connection) == "BLMOVE" else 0] += 1
+        previous[connection] = name
+
+    with monitoring(redis_client, seen):
+        yield counts
+
+
+@contextlib.contextmanager
+def acks_seen(redis_client: Any) -> Iterator[list[int]]:
+    """Counts the ack script's calls Redis runs meanwhile: yields the number of acks sent on
+    their own and of acks written in front of an idle wait (the next command on their
+    connection the wait's CLIENT ID), final once the block ends."""
+    ack_sha = load_script("ack").sha
+    counts = [0, 0]
+    acked: set[str] = set()  # connections whose last command was an ack
+
+    def seen(connection: str, name: str, words: list[str]) -> None:
+        if connection in acked:
+            acked.discard(connection)
+            counts[1 if name == "CLIENT" else 0] += 1
+        if name == "EVALSHA" and len(words) > 1 and words[1] == ack_sha:
+            acked.add(connection)
+
+    with monitoring(redis_client, seen):
+        yield counts
 
 
 async def test_a_worker_keeping_up_with_its_producer_claims_once_per_job(
@@ -240,6 +268,27 @@ async def test_a_worker_keeping_up_with_its_producer_claims_once_per_job(
     assert len(round_trips) >= jobs, len(round_trips)
     # Each one the wire's time, not the idle time before the job arrived.
     assert statistics.median(round_trips) < 0.1, round_trips
+    assert_invariants(redis_client, slow_qs)
+
+
+async def test_a_worker_keeping_up_with_its_producer_acks_each_job_in_its_next_wait(
+        redis_client: Any, redis_url: str, slow_qs: QueueSettings) -> None:
+    # The handler is done before the worker writes its next wait: the ack goes in that write,
+    # one round trip per job instead of two (the ack on its own, then the wait).
+    registry, started = start_times("ping")
+    jobs = 30
+    async with idle_worker(redis_client, redis_url, slow_qs, registry) as (worker, producer):
+        with acks_seen(redis_client) as counts:
+            for i in range(jobs):
+                await producer.enqueue("ping", i)
+                await eventually(lambda i=i: i in started, timeout_s=5)
+                await eventually(lambda: redis_client.zcard(slow_qs.keys.processing) == 0)
+            await eventually(lambda: worker.succeeded == jobs)
+    alone, ahead_of_a_wait = counts
+    # A job may land while the worker is between a reply and its next wait: a few acks then
+    # go on their own.
+    assert alone + ahead_of_a_wait == jobs, counts
+    assert ahead_of_a_wait >= jobs - 3, counts
     assert_invariants(redis_client, slow_qs)
 
 

@@ -26,7 +26,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any, TypeVar
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import redis
 import redis.asyncio
@@ -39,12 +41,34 @@ from antre.protocol.scripts import Op
 log = logging.getLogger("antre.worker")
 
 T = TypeVar("T")
+A = TypeVar("A")
+
+
+@dataclass(frozen=True, slots=True)
+class Ahead(Generic[A]):
+    """A script call written in front of the wait, in the same write: Redis runs it at once and
+    its reply comes back before the wait's. ``answered`` gets its result, or None when there
+    is none to trust (not sent, an error reply, the connection lost): the caller sends it again
+    its own way. It is called exactly once, before the wait returns or raises."""
+
+    op: Op[A]
+    answered: Callable[[A | None], None]
 
 
 def supported(client: Any, op: Op[Any]) -> bool:
     """Whether ``client`` can run ``op`` behind a blocking wait: a single-node client (a
     cluster client's pipelines may not keep one connection) and an op without WAIT."""
     return isinstance(client, redis.asyncio.Redis) and op.durable is None
+
+
+def _parsed(op: Op[A], reply: Any) -> A | None:
+    """``op``'s result from its reply, or None for a reply it cannot parse."""
+    if reply is None:
+        return None
+    try:
+        return op.parse(reply)
+    except Exception:  # a malformed reply: its owner sends the call again and hears why
+        return None
 
 
 class IdleWait:
@@ -58,22 +82,35 @@ class IdleWait:
         #: How long the last claim ran after its wait was sent (Redis's clock), in seconds.
         self.waited_s = 0.0
 
-    async def claim_when_ready(self, ready_key: str, op: Op[T], timeout_s: float) -> T:
+    async def claim_when_ready(self, ready_key: str, op: Op[T], timeout_s: float,
+                               ahead: Ahead[Any] | None = None) -> T:
         """Blocks up to ``timeout_s`` until ``ready_key`` holds a job, then runs ``op`` (the
         claim) at once; returns its result, empty if it found nothing. Raises what
-        :func:`scripts.run_async` raises."""
+        :func:`scripts.run_async` raises. ``ahead`` goes in the same write, before the wait."""
         self.waited_s = 0.0
         if self._interrupted:
+            if ahead is not None:
+                ahead.answered(None)
             return await self.connection.run(op)
         connection = self.connection
         timeout = max(round(timeout_s, 3), 0.001)
         commands = [("CLIENT", "ID"), ("TIME",),
                     ("BLMOVE", ready_key, ready_key, "RIGHT", "RIGHT", timeout),
                     scripts.evalsha_command(op)]
+        if ahead is not None:
+            commands.insert(0, scripts.evalsha_command(ahead.op))
+        unanswered = ahead
         blocked_id = self._blocked_id = asyncio.get_running_loop().create_future()
         try:
             sent_at = time.monotonic()
             await connection.send(commands)
+            if ahead is not None:
+                try:
+                    ahead_reply = await connection.read()
+                except redis.ResponseError:  # NOSCRIPT, or Redis refusing: sent again
+                    ahead_reply = None
+                unanswered = None
+                ahead.answered(_parsed(ahead.op, ahead_reply))
             blocked_id.set_result(int(await connection.read()))
             seconds, micros = await connection.read()
             waited_from_ms = int(seconds) * 1000 + int(micros) // 1000
@@ -85,6 +122,8 @@ class IdleWait:
             except redis.ResponseError as exc:
                 reply = exc
         except BaseException as exc:
+            if unanswered is not None:
+                unanswered.answered(None)
             # A half-read connection must never be reused: its next reply would be this one's.
             await connection.drop()
             if isinstance(exc, redis.ConnectionError | redis.TimeoutError):

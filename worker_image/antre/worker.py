@@ -348,7 +348,8 @@ class Worker:
                     result = await self._idle.connection.run(op)
                     self.prefetch.claimed(time.monotonic() - claim_sent_at)
                 elif idle_wait.supported(self.redis, op):
-                    result = await self._idle.claim_when_ready(self.queue.keys.ready, op, wait_s)
+                    result = await self._idle.claim_when_ready(self.queue.keys.ready, op, wait_s,
+                                                               ahead=self.acks.ride())
                     # The leases began when the claim ran, after the wait: count from there.
                     claim_sent_at += self._idle.waited_s
                     # A worker that keeps up sends every claim behind the wait: its round trip
