@@ -6,6 +6,7 @@ idle connection, and a connection class's own way of reading replies."""
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from typing import Any
 
@@ -105,6 +106,28 @@ async def test_a_connection_the_server_closed_is_dialled_again(redis_url: str,
         await asyncio.sleep(0.1)  # closed while idle, as between two of a loop's calls
         ids = _enqueue(redis_url, 1)
         assert [job.id for job in (await direct.run(_claim())).jobs] == ids
+    finally:
+        await direct.release()
+        await client.aclose()
+
+
+class _Attempts(enum.IntEnum):
+    THREE = 3
+
+
+async def test_arguments_hiredis_does_not_take_are_sent_or_refused_as_redis_py_does(
+        redis_url: str, redis_client: Any) -> None:
+    client = connection.connect_async(redis_url)
+    direct = DirectConnection(client)
+    try:
+        await direct.send([("SET", "attempts", _Attempts.THREE), ("GET", "attempts")])
+        assert await direct.read() == "OK"
+        await client.set("through-the-client", _Attempts.THREE)
+        assert await direct.read() == await client.get("through-the-client")
+        with pytest.raises(redis.DataError):
+            await direct.send([("SET", "nothing", None)])
+        await direct.send([("PING",)])  # nothing of the refused command was written
+        assert await direct.read() in ("PONG", True)
     finally:
         await direct.release()
         await client.aclose()

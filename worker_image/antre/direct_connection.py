@@ -10,7 +10,8 @@ every reply it read: a script call cost about 110 us of CPU here against 35 us w
 transport and read from the connection's parser. :class:`DirectConnection` takes one
 connection from the pool for a caller that makes one call at a time and does the latter.
 
-What stays as redis-py does it: the packing (the pool's connection class, hiredis), the
+What stays as redis-py does it: the bytes written (hiredis packs them, as the connections of
+:mod:`antre.command_packing` do, and redis-py's packer takes what hiredis does not), the
 connection's retry policy around a script call (a dropped connection is dialled again and the
 call sent again, as redis-py resends any command: every script the worker sends this way is safe
 to resend), its health check (a send on a connection idle past ``health_check_interval`` goes
@@ -31,6 +32,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+import hiredis
 import redis
 import redis.asyncio
 import redis.asyncio.connection
@@ -84,7 +86,14 @@ class DirectConnection:
         """Writes ``commands`` in one write (connecting first if the connection is closed);
         redis-py's errors, the connection closed after a failure."""
         connection = await self.connection()
-        packed = connection.pack_commands(commands)
+        try:
+            # What the connection's packer calls in the end (antre.command_packing), without
+            # redis-py's pass over every argument: 13 us less per idle wait here.
+            # (The stub types the argument as a 1-tuple.)
+            packed = [b"".join([hiredis.pack_command(tuple(command))  # type: ignore[arg-type]
+                                for command in commands])]
+        except TypeError:  # an argument hiredis does not take: redis-py packs or refuses it
+            packed = connection.pack_commands(commands)
         if self._direct and connection.is_connected and connection._reader.at_eof():
             # The server closed it while it was idle (a restart, a timeout, CLIENT KILL): dial
             # again rather than fail a call Redis never saw, as the pool checks what it hands out.
