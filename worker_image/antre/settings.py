@@ -72,7 +72,7 @@ class QueueSettings:
 
     @property
     def keys(self) -> keys.QueueKeys:
-        return keys.QueueKeys(self.name, self.prefix)
+        return keys.of_queue(self.name, self.prefix)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> QueueSettings:
