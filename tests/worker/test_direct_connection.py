@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import signal
 import time
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio
-from antre import Queue, connection
+from antre import Queue, connection, errors
 from antre.direct_connection import DirectConnection
+from antre.idle_wait import IdleWait
 from antre.protocol import scripts
 from antre.protocol.claim import ClaimResult, claim_op
 from antre.settings import QueueSettings, WorkerSettings
+from redis_servers import eventually, running_redis
 
 QS = QueueSettings(name="direct")
 
@@ -181,3 +184,55 @@ async def test_a_connection_class_that_reads_its_own_way_is_left_to_read(
     finally:
         await direct.release()
         await client.aclose()
+
+
+async def test_a_reply_later_than_its_own_timeout_fails_on_a_connection_reading_its_own_way(
+        redis_url: str, redis_client: Any) -> None:
+    # redis-py's read_response(timeout=...) answers None past its timeout and keeps the
+    # connection, the reply still to come: read as a nil reply, and the next read its own.
+    client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True, socket_timeout=0.3,
+                                          connection_class=_CountingReads)
+    direct = DirectConnection(client)
+    try:
+        await direct.send([("BLPOP", "pushed-too-late", 3)])
+        started = time.monotonic()
+        with pytest.raises(redis.TimeoutError):
+            await direct.read(timeout_s=0.5)
+        assert time.monotonic() - started < 1.5
+        redis_client.rpush("pushed-too-late", "x")
+        await direct.send([("PING",)])  # on a new connection: not the BLPOP's reply
+        assert await direct.read() in ("PONG", True)
+    finally:
+        await direct.release()
+        await client.aclose()
+
+
+async def test_a_wait_answered_late_is_an_outage_on_a_connection_reading_its_own_way() -> None:
+    # Redis stalls (SIGSTOP) while the idle wait blocks, past the wait's deadline, and answers
+    # within the claim's read that follows: the wait's nil reply must not be taken for the
+    # claim's, nor the claim's left to be read as the next call's.
+    with running_redis() as server:
+        sync = redis.Redis.from_url(server.url, decode_responses=True)
+        client = redis.asyncio.Redis.from_url(server.url, decode_responses=True,
+                                              socket_timeout=1.0,
+                                              connection_class=_CountingReads)
+        idle = IdleWait(client)
+        try:
+            waiting = asyncio.create_task(idle.claim_when_ready(QS.keys.ready, _claim(), 0.5))
+            await eventually(lambda: sync.info("clients")["blocked_clients"] >= 1,
+                             message="the wait blocking in Redis")
+            assert server.process is not None
+            server.process.send_signal(signal.SIGSTOP)
+            try:  # the wait's reply is due 1.5 s after its read began, the claim's 1 s later
+                await asyncio.sleep(2.0)
+            finally:
+                server.process.send_signal(signal.SIGCONT)
+            with pytest.raises(errors.RedisUnavailable):
+                await waiting
+            ids = _enqueue(server.url, 1)
+            result = await idle.claim_when_ready(QS.keys.ready, _claim(), 0.5)
+            assert [job.id for job in result.jobs] == ids
+        finally:
+            await idle.close()
+            await client.aclose()
+            sync.close()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -123,7 +124,15 @@ class DirectConnection:
         if not self._direct:
             if timeout_s is None:
                 return await connection.read_response()
-            return await connection.read_response(timeout=timeout_s)
+            # redis-py answers None for a read past a timeout given here, the connection kept
+            # with the reply still to come (then read as the next call's): a deadline of our
+            # own instead, the read cancelled by it closing the connection.
+            try:
+                async with asyncio.timeout(timeout_s):
+                    return await connection.read_response(timeout=math.inf)
+            except TimeoutError:
+                await self._close()
+                raise redis.TimeoutError("Timeout reading from socket") from None
         loop = asyncio.get_running_loop()
         limit = timeout_s if timeout_s is not None else connection.socket_timeout
         if limit:
