@@ -236,3 +236,32 @@ async def test_a_wait_answered_late_is_an_outage_on_a_connection_reading_its_own
             await idle.close()
             await client.aclose()
             sync.close()
+
+
+async def test_a_reply_read_as_its_deadline_passed_leaves_the_next_read_its_own_outcome(
+        redis_url: str, redis_client: Any) -> None:
+    # The loop held past a read's deadline (an async handler blocking it) while its reply
+    # arrived: the timer and the reply come in the same turn, the timer closes the transport
+    # and the read still gets its reply. A later read that is cancelled (the worker's stop
+    # cancelling the ack loop) must end cancelled, not as a timeout that a retry swallows.
+    client = connection.connect_async(redis_url, socket_timeout=0.2)
+    direct = DirectConnection(client)
+    try:
+        await direct.send([("BLPOP", "pushed-while-held", 5)])
+        reading = asyncio.create_task(direct.read())
+        await asyncio.sleep(0)  # the read waits for the reply, its deadline 0.2 s away
+        time.sleep(0.3)  # the loop held past it, and the reply sent meanwhile
+        redis_client.rpush("pushed-while-held", "x")
+        time.sleep(0.1)
+        assert await reading == ["pushed-while-held", "x"]
+        await direct.send([("BLPOP", "never-pushed", 5)])
+        blocked = asyncio.create_task(direct.read(timeout_s=5))
+        await asyncio.sleep(0.1)
+        blocked.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await blocked
+        ids = _enqueue(redis_url, 1)  # and the calls after it get their own replies
+        assert [job.id for job in (await direct.run(_claim())).jobs] == ids
+    finally:
+        await direct.release()
+        await client.aclose()

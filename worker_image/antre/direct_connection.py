@@ -149,6 +149,12 @@ class DirectConnection:
             raise
         finally:
             self._reading_until = None
+        if self._timed_out:
+            # The timer ran in the turn the reply came in (the loop held past the deadline): the
+            # reply is whole, the transport closed under it. Closed here, the next call dials
+            # again, and no later read that fails is taken for this one's timeout.
+            self._timed_out = False
+            await self._close()
         if connection.health_check_interval:
             connection.next_health_check = loop.time() + connection.health_check_interval
         if isinstance(reply, redis.ResponseError):
