@@ -238,6 +238,16 @@ async def test_a_wait_answered_late_is_an_outage_on_a_connection_reading_its_own
             sync.close()
 
 
+async def _read_cancelled(direct: DirectConnection, *, timeout_s: float) -> None:
+    """A read under way (a BLPOP never answered) cancelled after 0.1 s: it ends cancelled."""
+    await direct.send([("BLPOP", "never-pushed", 5)])
+    reading = asyncio.create_task(direct.read(timeout_s=timeout_s))
+    await asyncio.sleep(0.1)
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+
+
 async def test_a_reply_read_as_its_deadline_passed_leaves_the_next_read_its_own_outcome(
         redis_url: str, redis_client: Any) -> None:
     # The loop held past a read's deadline (an async handler blocking it) while its reply
@@ -254,14 +264,32 @@ async def test_a_reply_read_as_its_deadline_passed_leaves_the_next_read_its_own_
         redis_client.rpush("pushed-while-held", "x")
         time.sleep(0.1)
         assert await reading == ["pushed-while-held", "x"]
-        await direct.send([("BLPOP", "never-pushed", 5)])
-        blocked = asyncio.create_task(direct.read(timeout_s=5))
-        await asyncio.sleep(0.1)
-        blocked.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await blocked
+        await _read_cancelled(direct, timeout_s=5)
         ids = _enqueue(redis_url, 1)  # and the calls after it get their own replies
         assert [job.id for job in (await direct.run(_claim())).jobs] == ids
     finally:
         await direct.release()
         await client.aclose()
+
+
+def test_a_read_in_a_later_event_loop_keeps_its_deadline(redis_url: str,
+                                                        redis_client: Any) -> None:
+    # One asyncio.run ends with a read under way (cancelled), its deadline timer armed on that
+    # loop; the same connection used under a second asyncio.run must still time out.
+    client = connection.connect_async(redis_url, socket_timeout=1.0)
+    direct = DirectConnection(client)
+
+    async def read_later() -> float:
+        await asyncio.sleep(0.5)  # past the first loop's deadline
+        try:
+            await direct.send([("BLPOP", "never-pushed", 3)])
+            started = time.monotonic()
+            with pytest.raises(redis.TimeoutError):
+                await direct.read(timeout_s=1.0)
+            return time.monotonic() - started
+        finally:
+            await direct.release()
+            await client.aclose()
+
+    asyncio.run(_read_cancelled(direct, timeout_s=0.3))
+    assert asyncio.run(read_later()) < 2.5

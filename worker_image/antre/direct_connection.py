@@ -71,6 +71,8 @@ class DirectConnection:
         #: left armed between reads, closes the connection once a read passes its deadline.
         self._reading_until: float | None = None
         self._timer: asyncio.TimerHandle | None = None
+        #: The loop the timer runs on: one left on a loop that has ended never runs.
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
         self._timed_out = False
         #: :meth:`run` found the connection needs redis-py's layers: script calls go through
         #: the client.
@@ -222,10 +224,10 @@ class DirectConnection:
     def _read_until(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
         self._reading_until = deadline
         timer = self._timer
-        if timer is None or timer.when() > deadline:
+        if timer is None or timer.when() > deadline or self._timer_loop is not loop:
             if timer is not None:
                 timer.cancel()
-            self._timer = loop.call_at(deadline, self._check_deadline)
+            self._timer, self._timer_loop = loop.call_at(deadline, self._check_deadline), loop
 
     def _check_deadline(self) -> None:
         """The timer: closes the transport under a read past its deadline (the read then fails
