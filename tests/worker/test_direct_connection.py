@@ -106,7 +106,10 @@ async def test_a_connection_the_server_closed_is_dialled_again(redis_url: str,
         await direct.send([("CLIENT", "ID")])
         connection_id = await direct.read()
         assert redis_client.client_kill_filter(_id=connection_id) == 1
-        await asyncio.sleep(0.1)  # closed while idle, as between two of a loop's calls
+        # Closed while idle, as between two of a loop's calls: the close has reached us.
+        kept = await direct.connection()
+        await eventually(lambda: kept._reader.at_eof(), timeout_s=5,
+                         message="the server's close seen by the connection")
         ids = _enqueue(redis_url, 1)
         assert [job.id for job in (await direct.run(_claim())).jobs] == ids
     finally:
