@@ -6,9 +6,11 @@ idle connection, and a connection class's own way of reading replies."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import signal
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -29,6 +31,17 @@ def _claim() -> scripts.Op[ClaimResult]:
     return claim_op(QS, WorkerSettings(), worker_id="w-direct", max_jobs=5)
 
 
+@contextlib.asynccontextmanager
+async def driven(client: Any) -> AsyncIterator[DirectConnection]:
+    """A DirectConnection on ``client``; its connection given back and the client closed after."""
+    direct = DirectConnection(client)
+    try:
+        yield direct
+    finally:
+        await direct.release()
+        await client.aclose()
+
+
 def _enqueue(redis_url: str, count: int) -> list[str]:
     queue = Queue.from_url(redis_url, settings=QS)
     try:
@@ -40,37 +53,25 @@ def _enqueue(redis_url: str, count: int) -> list[str]:
 async def test_a_script_call_answers_as_through_the_client(redis_url: str,
                                                            redis_client: Any) -> None:
     ids = _enqueue(redis_url, 2)
-    client = connection.connect_async(redis_url)
-    direct = DirectConnection(client)
-    try:
+    async with driven(connection.connect_async(redis_url)) as direct:
         first = await direct.run(_claim())
-        again = await scripts.run_async(client, _claim())
-    finally:
-        await direct.release()
-        await client.aclose()
+        again = await scripts.run_async(direct.client, _claim())
     assert sorted(job.id for job in first.jobs) == sorted(ids)
     assert again.jobs == []
 
 
 async def test_a_script_flushed_from_redis_is_loaded_again(redis_url: str,
                                                           redis_client: Any) -> None:
-    client = connection.connect_async(redis_url)
-    direct = DirectConnection(client)
-    try:
+    async with driven(connection.connect_async(redis_url)) as direct:
         await direct.run(_claim())
         redis_client.script_flush()
         ids = _enqueue(redis_url, 1)
         assert [job.id for job in (await direct.run(_claim())).jobs] == ids
-    finally:
-        await direct.release()
-        await client.aclose()
 
 
 async def test_a_reply_later_than_the_socket_timeout_closes_the_connection(
         redis_url: str, redis_client: Any) -> None:
-    client = connection.connect_async(redis_url, socket_timeout=0.3)
-    direct = DirectConnection(client)
-    try:
+    async with driven(connection.connect_async(redis_url, socket_timeout=0.3)) as direct:
         await direct.send([("BLPOP", "never-pushed", 3)])
         started = time.monotonic()
         with pytest.raises(redis.TimeoutError):
@@ -79,30 +80,20 @@ async def test_a_reply_later_than_the_socket_timeout_closes_the_connection(
         # The reply of that BLPOP must never be read as the next call's: a new connection.
         ids = _enqueue(redis_url, 1)
         assert [job.id for job in (await direct.run(_claim())).jobs] == ids
-    finally:
-        await direct.release()
-        await client.aclose()
 
 
 async def test_a_reply_within_a_longer_timeout_is_read(redis_url: str,
                                                       redis_client: Any) -> None:
-    client = connection.connect_async(redis_url, socket_timeout=0.3)
-    direct = DirectConnection(client)
-    try:
+    async with driven(connection.connect_async(redis_url, socket_timeout=0.3)) as direct:
         await direct.send([("BLPOP", "pushed-later", 2)])
         await asyncio.sleep(0.5)  # past the socket timeout, before the read's own
         redis_client.rpush("pushed-later", "x")
         assert await direct.read(timeout_s=2.5) == ["pushed-later", "x"]
-    finally:
-        await direct.release()
-        await client.aclose()
 
 
 async def test_a_connection_the_server_closed_is_dialled_again(redis_url: str,
                                                               redis_client: Any) -> None:
-    client = connection.connect_async(redis_url)
-    direct = DirectConnection(client)
-    try:
+    async with driven(connection.connect_async(redis_url)) as direct:
         await direct.send([("CLIENT", "ID")])
         connection_id = await direct.read()
         assert redis_client.client_kill_filter(_id=connection_id) == 1
@@ -112,9 +103,6 @@ async def test_a_connection_the_server_closed_is_dialled_again(redis_url: str,
                          message="the server's close seen by the connection")
         ids = _enqueue(redis_url, 1)
         assert [job.id for job in (await direct.run(_claim())).jobs] == ids
-    finally:
-        await direct.release()
-        await client.aclose()
 
 
 class _Attempts(enum.IntEnum):
@@ -123,20 +111,15 @@ class _Attempts(enum.IntEnum):
 
 async def test_arguments_hiredis_does_not_take_are_sent_or_refused_as_redis_py_does(
         redis_url: str, redis_client: Any) -> None:
-    client = connection.connect_async(redis_url)
-    direct = DirectConnection(client)
-    try:
+    async with driven(connection.connect_async(redis_url)) as direct:
         await direct.send([("SET", "attempts", _Attempts.THREE), ("GET", "attempts")])
         assert await direct.read() == "OK"
-        await client.set("through-the-client", _Attempts.THREE)
-        assert await direct.read() == await client.get("through-the-client")
+        await direct.client.set("through-the-client", _Attempts.THREE)
+        assert await direct.read() == await direct.client.get("through-the-client")
         with pytest.raises(redis.DataError):
             await direct.send([("SET", "nothing", None)])
         await direct.send([("PING",)])  # nothing of the refused command was written
         assert await direct.read() in ("PONG", True)
-    finally:
-        await direct.release()
-        await client.aclose()
 
 
 def _pings(redis_client: Any) -> int:
@@ -145,19 +128,16 @@ def _pings(redis_client: Any) -> int:
 
 async def test_a_connection_idle_past_the_health_check_interval_is_pinged_first(
         redis_url: str, redis_client: Any) -> None:
-    client = connection.connect_async(redis_url, health_check_interval=1)
-    direct = DirectConnection(client)
-    try:
+    async with driven(connection.connect_async(redis_url, health_check_interval=1)) as direct:
         await direct.run(_claim())
         pings = _pings(redis_client)
         await direct.run(_claim())
         assert _pings(redis_client) == pings  # used within the interval: no PING
-        await asyncio.sleep(1.2)
+        kept, loop = await direct.connection(), asyncio.get_running_loop()
+        await eventually(lambda: loop.time() > kept.next_health_check, timeout_s=5,
+                         message="the health check due")
         await direct.run(_claim())
         assert _pings(redis_client) == pings + 1
-    finally:
-        await direct.release()
-        await client.aclose()
 
 
 class _CountingReads(redis.asyncio.Connection):
@@ -172,11 +152,10 @@ class _CountingReads(redis.asyncio.Connection):
 
 async def test_a_connection_class_that_reads_its_own_way_is_left_to_read(
         redis_url: str, redis_client: Any) -> None:
-    client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True,
-                                          connection_class=_CountingReads)
-    direct = DirectConnection(client)
     _CountingReads.reads = 0
-    try:
+    reading_its_own_way = redis.asyncio.Redis.from_url(redis_url, decode_responses=True,
+                                                       connection_class=_CountingReads)
+    async with driven(reading_its_own_way) as direct:
         ids = _enqueue(redis_url, 1)
         assert [job.id for job in (await direct.run(_claim())).jobs] == ids
         assert _CountingReads.reads >= 1
@@ -184,19 +163,15 @@ async def test_a_connection_class_that_reads_its_own_way_is_left_to_read(
         await direct.send([("PING",)])
         assert await direct.read() in ("PONG", True)
         assert _CountingReads.reads == reads + 1
-    finally:
-        await direct.release()
-        await client.aclose()
 
 
 async def test_a_reply_later_than_its_own_timeout_fails_on_a_connection_reading_its_own_way(
         redis_url: str, redis_client: Any) -> None:
     # redis-py's read_response(timeout=...) answers None past its timeout and keeps the
     # connection, the reply still to come: read as a nil reply, and the next read its own.
-    client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True, socket_timeout=0.3,
-                                          connection_class=_CountingReads)
-    direct = DirectConnection(client)
-    try:
+    reading_its_own_way = redis.asyncio.Redis.from_url(
+        redis_url, decode_responses=True, socket_timeout=0.3, connection_class=_CountingReads)
+    async with driven(reading_its_own_way) as direct:
         await direct.send([("BLPOP", "pushed-too-late", 3)])
         started = time.monotonic()
         with pytest.raises(redis.TimeoutError):
@@ -205,9 +180,6 @@ async def test_a_reply_later_than_its_own_timeout_fails_on_a_connection_reading_
         redis_client.rpush("pushed-too-late", "x")
         await direct.send([("PING",)])  # on a new connection: not the BLPOP's reply
         assert await direct.read() in ("PONG", True)
-    finally:
-        await direct.release()
-        await client.aclose()
 
 
 async def test_a_wait_answered_late_is_an_outage_on_a_connection_reading_its_own_way() -> None:
@@ -257,9 +229,7 @@ async def test_a_reply_read_as_its_deadline_passed_leaves_the_next_read_its_own_
     # arrived: the timer and the reply come in the same turn, the timer closes the transport
     # and the read still gets its reply. A later read that is cancelled (the worker's stop
     # cancelling the ack loop) must end cancelled, not as a timeout that a retry swallows.
-    client = connection.connect_async(redis_url, socket_timeout=0.2)
-    direct = DirectConnection(client)
-    try:
+    async with driven(connection.connect_async(redis_url, socket_timeout=0.2)) as direct:
         await direct.send([("BLPOP", "pushed-while-held", 5)])
         reading = asyncio.create_task(direct.read())
         await asyncio.sleep(0)  # the read waits for the reply, its deadline 0.2 s away
@@ -270,9 +240,6 @@ async def test_a_reply_read_as_its_deadline_passed_leaves_the_next_read_its_own_
         await _read_cancelled(direct, timeout_s=5)
         ids = _enqueue(redis_url, 1)  # and the calls after it get their own replies
         assert [job.id for job in (await direct.run(_claim())).jobs] == ids
-    finally:
-        await direct.release()
-        await client.aclose()
 
 
 def test_a_read_in_a_later_event_loop_keeps_its_deadline(redis_url: str,
