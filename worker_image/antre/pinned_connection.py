@@ -76,8 +76,7 @@ class PinnedConnection:
             connection = self._take()
             # What redis-py's own packer calls in the end (redis[hiredis] is a dependency); the
             # stub types the argument as a 1-tuple.
-            command = ("EVALSHA", op.script.sha, len(op.keys), *op.keys, *op.args)
-            packed = [hiredis.pack_command(command)]  # type: ignore[arg-type]
+            packed = [hiredis.pack_command(scripts.evalsha_command(op))]  # type: ignore[arg-type]
 
             def send() -> Any:
                 connection.send_packed_command(packed)
