@@ -144,9 +144,14 @@ def _child_changed(kind: str, event: kopf.RawEvent, body: kopf.Body, memo: Any) 
     if deleted and applied is None and not (owner and state.serves(key[1], owner)):
         # No JobQueue here will ask for it: keep no "known to be absent" marker, or every
         # labelled object ever deleted would stay in memory.
-        state.children.pop(key, None)
+        state.drop_child(key)
         return
-    state.remember_child(key, None if deleted else dict(body))
+    if deleted:
+        # The version the object left our watch at: a child whose label was edited away
+        # stays (its DELETED event carries its last view with our label, at the new version).
+        state.remember_child(key, None, gone_at=reconciling.resource_version_number(body))
+    else:
+        state.remember_child(key, dict(body))
     if applied is None or owner is None:
         return
     if deleted or applied.edited_by_hand(body):

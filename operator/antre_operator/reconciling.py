@@ -71,7 +71,8 @@ def refused_retry_after_s(previous_s: float | None) -> float:
     return min(previous_s * 2, REFUSED_RETRY_MAX_S)
 
 
-def _resource_version(body: Mapping[str, Any] | None) -> int | None:
+def resource_version_number(body: Mapping[str, Any] | None) -> int | None:
+    """A resourceVersion as a number, to order two views of one object (None: none given)."""
     try:
         return int((body or {}).get("metadata", {}).get("resourceVersion"))
     except (TypeError, ValueError):
@@ -150,17 +151,35 @@ class OperatorState:
     """The operator's last apply per child: to skip it at rest and to tell hand edits."""
     spec_fingerprints: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
     wakeups: dict[tuple[str, str], asyncio.Event] = dataclasses.field(default_factory=dict)
+    gone_at: dict[ChildKey, int] = dataclasses.field(default_factory=dict)
+    """The resourceVersion at which a child left our watch (its DELETED event), while it is
+    known to be absent: an older view (the answer of an apply sent before a hand edit removed
+    our label) must not bring it back, or the view would show our label for good, and no event
+    of an object outside the watch would ever correct it."""
 
     def wakeup(self, namespace: str, name: str) -> asyncio.Event:
         return self.wakeups.setdefault((namespace, name), asyncio.Event())
 
-    def remember_child(self, key: ChildKey, body: Mapping[str, Any] | None) -> None:
-        """Keep the newest view: a late watch event must not overwrite a fresher API answer."""
+    def remember_child(self, key: ChildKey, body: Mapping[str, Any] | None, *,
+                       gone_at: int | None = None) -> None:
+        """Keep the newest view: a late watch event or API answer must not overwrite a fresher
+        one. ``body`` None: the child is absent, since ``gone_at`` (a DELETED event's
+        resourceVersion) when known."""
         old = self.children.get(key)
-        new_rv, old_rv = _resource_version(body), _resource_version(old)
+        new_rv = resource_version_number(body)
+        old_rv = resource_version_number(old) if old is not None else self.gone_at.get(key)
         if body is not None and new_rv is not None and old_rv is not None and new_rv < old_rv:
             return
+        if body is None and gone_at is not None:
+            self.gone_at[key] = gone_at
+        else:
+            self.gone_at.pop(key, None)
         self.children[key] = None if body is None else json.loads(json.dumps(body))
+
+    def drop_child(self, key: ChildKey) -> None:
+        """No view of the child at all: the next step reads it from the API server."""
+        self.children.pop(key, None)
+        self.gone_at.pop(key, None)
 
     def serves(self, namespace: str, name: str) -> bool:
         """Whether the JobQueue is one this process has seen and not forgotten."""
@@ -181,7 +200,7 @@ class OperatorState:
                     and v.manifest["metadata"]["labels"].get(settings.LABEL_JOBQUEUE) == name]:
             del self.applied[key]
         for kind, child in rendering.child_names(name):
-            self.children.pop((kind, namespace, child), None)
+            self.drop_child((kind, namespace, child))
 
 
 def _now_iso() -> str:
@@ -552,7 +571,7 @@ class Reconciler:
                 # Our watches filter on our labels and would never refresh this view: forget
                 # it, so the next poll reads again (and sees the stranger gone once deleted).
                 # Replaced: the view was late, the name holds another object; read it too.
-                self.state.children.pop(key, None)
+                self.state.drop_child(key)
                 self.state.applied.pop(key, None)
                 raise
             except kube.KubeError as exc:
@@ -591,7 +610,7 @@ class Reconciler:
                     await self.kube.delete(kind, self.namespace, name,
                                            uid=str(live["metadata"]["uid"]))
                 except kube.Conflict:
-                    self.state.children.pop(key, None)  # read again at the next step
+                    self.state.drop_child(key)  # read again at the next step
                     continue
                 self.state.remember_child(key, None)
             self._resolve(body, topic, reason="NotOursGone",

@@ -12,10 +12,11 @@ server the Event would be refused too, and kopf would retry it nine times).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
-from antre_operator import kube, rendering, settings
+from antre_operator import handlers, kube, rendering, settings
 from hostile_redis import depth_reply, flooding_server
 from operator_fakes import JOBQUEUE_UID, FakeKube, closing, jobqueue_body, reconciler
 from redis_servers import free_port
@@ -101,6 +102,36 @@ async def test_a_child_is_applied_again_only_when_it_or_the_manifest_changed(
         await rec.step(changed)
         assert child_writes()[3:] == [path]
         assert worker_replicas(fake, "rest") == 3
+
+
+async def test_a_label_edited_away_is_put_back_when_an_older_answer_arrives_after_its_event(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the e2e journey under load: the answer of an apply sent before a hand edit
+    removed our label arrived after the DELETED event that edit caused (the object left our
+    label-selected watch). The older answer replaced the "absent" view, so every later step saw
+    our label at rest and wrote nothing, and no event of an object outside the watch came to
+    correct it: the label stayed off for good."""
+    fake = FakeKube()
+    rec, _ = reconciler(monkeypatch, fake, namespace=NS, name="edited")
+    body = jobqueue_body("edited", NS, {"redis": {"url": f"redis://127.0.0.1:{free_port()}/0"},
+                                        "autoscaling": {"enabled": False}, "replicas": 2})
+    key = ("Deployment", NS, "edited-worker")
+    path = kube.path_of(*key)
+    async with closing(rec):
+        await rec.step(body)
+        answer = copy.deepcopy(fake.objects[path])  # the apply's answer, still on its way
+        del fake.objects[path]["metadata"]["labels"][settings.LABEL_MANAGED_BY]
+        fake._stamp(fake.objects[path])
+        left_watch = copy.deepcopy(answer)  # DELETED: the last view, at the edit's version
+        left_watch["metadata"]["resourceVersion"] = fake.objects[path]["metadata"][
+            "resourceVersion"]
+        handlers._child_changed("Deployment", {"type": "DELETED", "object": left_watch},
+                                left_watch, {"state": rec.state})
+        rec.state.remember_child(key, answer)
+        assert rec.state.children[key] is None, "an older answer hid the edit"
+        await rec.step(body)
+    labels = fake.objects[path]["metadata"]["labels"]
+    assert labels.get(settings.LABEL_MANAGED_BY) == settings.MANAGED_BY
 
 
 def stranger(fake: FakeKube, kind: str, name: str, owner_refs: list[dict[str, Any]]) -> None:
