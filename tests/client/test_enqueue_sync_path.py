@@ -8,6 +8,7 @@ Against a real redis-server.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from collections.abc import Iterator
 
@@ -137,3 +138,47 @@ def test_queues_made_and_dropped_on_a_shared_client_give_their_connection_back(
     finally:
         shared.close()
     assert redis_client.llen(QS.keys.ready) == 52
+
+
+def test_the_connection_is_driven_directly_and_a_reply_spanning_many_reads_arrives_whole(
+        queue: Queue) -> None:
+    job = queue.enqueue("t", {"blob": "x" * 250_000})  # get(): a reply of several reads
+    assert queue._pinned._direct, "a plain TCP connection with hiredis is driven directly"
+    assert queue.get(job.job_id).payload == {"blob": "x" * 250_000}
+    assert queue.enqueue("t").created  # the reader holds nothing of the last reply
+
+
+def test_a_due_health_check_pings_before_the_call(redis_url: str,
+                                                  redis_client: redis.Redis) -> None:
+    q = Queue(connect(redis_url, health_check_interval=30), settings=QS)
+    try:
+        q.enqueue("t")
+        pings = redis_client.info("commandstats").get("cmdstat_ping", {}).get("calls", 0)
+        q.enqueue("t")  # within the interval: no PING
+        q._pinned._connection.next_health_check = 0  # idle past the interval
+        assert q.enqueue("t").created
+        after = redis_client.info("commandstats")["cmdstat_ping"]["calls"]
+        assert after == pings + 1
+    finally:
+        q.close()
+
+
+def test_a_reply_that_times_out_is_never_read_as_a_later_calls_reply() -> None:
+    """A call whose reply does not come within the socket timeout (a frozen server) fails with
+    one clear error and closes the connection: its late reply must not answer the next call."""
+    with running_redis() as server:
+        assert server.process is not None
+        q = Queue(connect(server.url, socket_timeout=0.5, retry=None), settings=QS)
+        try:
+            q.enqueue("t", {"n": 0})
+            server.process.send_signal(signal.SIGSTOP)
+            try:
+                with pytest.raises(errors.RedisUnavailable, match="Redis is unreachable"):
+                    q.enqueue("t", {"n": 1})
+            finally:
+                server.process.send_signal(signal.SIGCONT)
+            later = q.enqueue("t", {"n": 2})
+            assert later.created
+            assert q.get(later.job_id).payload == {"n": 2}
+        finally:
+            q.close()
