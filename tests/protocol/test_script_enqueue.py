@@ -148,6 +148,31 @@ def test_an_existing_id_returns_the_existing_job_untouched(redis_client, qs, que
     assert dump(redis_client, qs) == before
 
 
+@pytest.mark.parametrize("stored, known", [
+    pytest.param('["t","{}",1765000000000,3,[]]', True, id="a-packed-record"),
+    pytest.param("hello", False, id="a-foreign-string"),
+    pytest.param('["not json', False, id="text-that-does-not-decode"),
+])
+def test_an_id_whose_key_is_a_string_is_known_only_when_it_holds_a_packed_record(
+        redis_client, qs, stored, known):
+    """A finished or dead record kept for its TTL is a packed String: its id names a job. Any
+    other String at a job key is a key of the wrong type, refused with nothing written."""
+    redis_client.set(qs.keys.job("job-1"), stored)
+    [op] = enqueue_ops(qs, [NewJob("t", {"x": 1})])
+    args = list(op.args)
+    args[2] = "job-1"
+    keys = [*op.keys[:QUEUE_KEY_COUNT], qs.keys.job("job-1")]
+    call = scripts.Op(op.script, keys, args, op.parse)
+    if known:
+        [result] = scripts.run(redis_client, call)
+        assert (result.job_id, result.created) == ("job-1", False)
+    else:
+        with pytest.raises(errors.InvalidArgument, match="job key of id job-1 holds the wrong"):
+            scripts.run(redis_client, call)
+    assert redis_client.get(qs.keys.job("job-1")) == stored
+    assert redis_client.llen(qs.keys.ready) == 0
+
+
 @pytest.mark.parametrize("job_id", [
     pytest.param("", id="empty"),
     pytest.param("a:b", id="colon"),

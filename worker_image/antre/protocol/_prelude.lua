@@ -263,12 +263,21 @@ local function packed_one_run(r, field_count, now)
     json_integer(r.max_attempts), {with_time(claimed, at - created, first, second), acked}})
 end
 
--- The record a packed text holds, as field -> value (the fields its Hash form would have);
--- nil for text that is not a packed record.
-local function unpack_record(text, id)
+-- The decoded array of a packed record's text; nil for text that is not one. On its own for
+-- the enqueue, which only asks whether a String job key is a record: a script is loaded with
+-- the prelude it names, and unpack_record's helpers cost Redis time on every call.
+local function packed_array(text)
   if type(text) ~= 'string' or string.sub(text, 1, 2) ~= '["' then return nil end
   local ok, packed = pcall(cjson.decode, text)
   if not ok or type(packed) ~= 'table' then return nil end
+  return packed
+end
+
+-- The record a packed text holds, as field -> value (the fields its Hash form would have);
+-- nil for text that is not a packed record.
+local function unpack_record(text, id)
+  local packed = packed_array(text)
+  if not packed then return nil end
   local extras = type(packed[6]) == 'table' and packed[6] or {}
   local history = type(packed[5]) == 'table' and packed[5] or {}
   local r = {id = id, schema_version = '1', type = stored_text(packed[1]),

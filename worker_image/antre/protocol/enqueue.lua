@@ -95,7 +95,8 @@ for j = 1, count do
   -- or the stub an ack keeps), and is that key a record at all. A queued field is found by the
   -- write itself (HSETNX).
   local kind = redis.call('TYPE', job_key)['ok']
-  if kind ~= 'none' and kind ~= 'hash' and not (kind == 'string' and record_table(job_key, id)) then
+  if kind ~= 'none' and kind ~= 'hash'
+      and not (kind == 'string' and packed_array(redis.call('GET', job_key))) then
     return invalid(j, 'job key of id ' .. id .. ' holds the wrong Redis type')
   end
   local step = {job_key = job_key, idem_key = idem_key, known = kind ~= 'none'}
