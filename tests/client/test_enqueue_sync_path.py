@@ -182,3 +182,29 @@ def test_a_reply_that_times_out_is_never_read_as_a_later_calls_reply() -> None:
             assert q.get(later.job_id).payload == {"n": 2}
         finally:
             q.close()
+
+
+def test_a_connection_caught_half_disconnected_by_another_thread_is_dialled_again(
+        queue: Queue) -> None:
+    """``disconnect()`` clears the parser's reader before the socket (redis-py's order): a
+    shared client closed by another thread (``pool.disconnect()``) can leave the pinned
+    connection in that state for the next call, which must dial again, as redis-py's own
+    ``can_read`` and ``read_from_socket`` do (a ConnectionError, retried), not fail with an
+    AttributeError."""
+    queue.enqueue("t")
+    connection = queue._pinned._connection
+    connection._parser.on_disconnect()  # the first half of disconnect(), seen from a call
+    assert connection._sock is not None
+    assert queue.enqueue("t", {"after": "half"}).created
+
+
+def test_a_connection_half_disconnected_during_the_call_is_not_written_to(
+        queue: Queue, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same state met after the stale check (another thread's disconnect() between the two):
+    nothing is sent on that socket, which is dialled again; the job is written once."""
+    queue.enqueue("t")
+    connection = queue._pinned._connection
+    monkeypatch.setattr(queue._pinned, "_readable", lambda _connection: False)
+    connection._parser.on_disconnect()
+    assert queue.enqueue("t", {"after": "half"}).created
+    assert redis_client.llen(QS.keys.ready) == 2

@@ -159,7 +159,10 @@ class PinnedConnection:
         sock = connection._sock if self._direct else None
         if sock is None:  # not connected yet (redis-py connects), or not ours to poll
             return bool(connection.can_read())
-        if connection._parser._reader.has_data():
+        reader = connection._parser._reader
+        if reader is None:  # disconnect() under way in another thread: its reader is gone
+            return True
+        if reader.has_data():
             return True
         if self._polled is None or self._polled[0] is not sock:
             poller = select.poll()
@@ -175,6 +178,11 @@ class PinnedConnection:
         if sock is None or (interval and time.monotonic() > connection.next_health_check):
             return _through_connection(connection, packed)  # redis-py connects, or PINGs first
         reader, buffer = parser._reader, parser._buffer
+        if reader is None:
+            # Being disconnected by another thread (a shared client closed: disconnect() drops
+            # the reader before the socket). Nothing was sent on it: dial again and send.
+            connection.disconnect()
+            return _through_connection(connection, packed)
         try:
             sock.sendall(packed)
             while True:
