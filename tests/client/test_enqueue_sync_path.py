@@ -208,3 +208,22 @@ def test_a_connection_half_disconnected_during_the_call_is_not_written_to(
     connection._parser.on_disconnect()
     assert queue.enqueue("t", {"after": "half"}).created
     assert redis_client.llen(QS.keys.ready) == 2
+
+
+def test_without_select_poll_the_calls_go_through_redis_py(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows has no ``select.poll`` (nor has a gevent-patched ``select`` in some versions):
+    redis-py checks for it and uses selectors; the pinned connection must not fail every call
+    after the first with an AttributeError there."""
+    import select
+
+    import redis._parsers.hiredis
+    monkeypatch.delattr(select, "poll", raising=False)
+    monkeypatch.setattr(redis._parsers.hiredis, "_HAS_POLL", False)  # as redis-py found it
+    q = Queue(connect(redis_url), settings=QS)
+    try:
+        assert q.enqueue("t").created
+        assert q.enqueue("t", {"second": True}).created
+        assert q.stats().ready == 2
+    finally:
+        q.close()

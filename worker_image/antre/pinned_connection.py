@@ -62,7 +62,10 @@ def _drives_directly(connection: Any) -> bool:
             and kind.send_packed_command is base.send_packed_command
             and kind.read_response is base.read_response
             and type(getattr(connection, "_parser", None)) is _HIREDIS_PARSER
-            and _NOT_ENOUGH_DATA is not None)
+            and _NOT_ENOUGH_DATA is not None
+            # The stale check polls the socket: no select.poll on Windows (redis-py falls back
+            # to selectors there).
+            and hasattr(select, "poll"))
 
 
 def _through_connection(connection: Any, packed: bytes) -> Any:
