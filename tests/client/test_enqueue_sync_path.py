@@ -227,3 +227,20 @@ def test_without_select_poll_the_calls_go_through_redis_py(
         assert q.stats().ready == 2
     finally:
         q.close()
+
+
+def test_a_connection_marked_for_reconnect_is_dialled_again_before_the_call(
+        queue: Queue, redis_client: redis.Redis) -> None:
+    """A MOVING maintenance notification marks the connection (redis-py's client then dials
+    again before its next command); the pinned connection must not keep using it."""
+    def client_id() -> int:
+        connection.send_command("CLIENT", "ID")
+        return int(connection.read_response())
+
+    queue.enqueue("t")
+    connection = queue._pinned._connection
+    before = client_id()
+    connection.mark_for_reconnect()
+    assert queue.enqueue("t").created
+    assert not connection.should_reconnect()
+    assert client_id() != before

@@ -147,6 +147,11 @@ class PinnedConnection:
                 self._connection = pool.get_connection("EVALSHA")
             self._held[:] = [(self._connection, self._pid)]
             self._direct = _drives_directly(self._connection)
+        # A MOVING maintenance notification (Redis Enterprise, Redis Cloud) marks a connection
+        # to be dialled again, which redis-py's client does before its next command.
+        should_reconnect = getattr(self._connection, "should_reconnect", None)
+        if should_reconnect is not None and should_reconnect():
+            self._connection.disconnect()
         # The check the pool makes of every connection it hands out: a reply waiting on an idle
         # connection means the server closed it (a restart, a timeout, CLIENT KILL), so dial
         # again before sending rather than fail a call Redis never saw.
