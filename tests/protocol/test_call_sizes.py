@@ -4,15 +4,18 @@ results merge in lease order, and reaper batches larger than Lua's unpack limit.
 
 from __future__ import annotations
 
+import pytest
 from antre.client import Queue
 from antre.protocol import scripts
 from antre.protocol.ack import ack_op
 from antre.protocol.claim import claim_op
 from antre.protocol.extend_lease import extend_lease_ops, merged
+from antre.protocol.fail import fail_op
 from antre.protocol.reap import reap_op
 from antre.settings import WorkerSettings
 from invariants import assert_invariants
 from protocol_state import dump
+from redis_servers import script_calls
 
 CAP = scripts.MAX_JOBS_PER_CALL
 
@@ -53,3 +56,26 @@ def test_reaper_batches_past_luas_unpack_limit(redis_client, qs):
     result = scripts.run(redis_client, reap_op(qs, limit=10_000, pass_lock_ms=0, holder="t"))
     assert (result.requeued, result.more) == (expired, False)
     assert redis_client.llen(qs.keys.ready) == expired
+
+
+@pytest.mark.parametrize("by_id", [True, False], ids=["by-id", "oldest"])
+def test_a_replay_goes_in_calls_of_half_the_cap(redis_client, qs, ws, by_id):
+    """A replay unpacks each dead record back into a Hash, about five times a claim's Redis time
+    per job: a call of the cap held Redis up to 25 ms with 20,000 dead letters."""
+    queue = Queue(redis_client, settings=qs)
+    queue.enqueue_many([("t", None)] * (CAP + 3))
+    dead: list[str] = []
+    while len(dead) < CAP + 3:
+        for job in scripts.run(redis_client, claim_op(qs, ws, worker_id="w1",
+                                                      max_jobs=CAP)).jobs:
+            scripts.run(redis_client, fail_op(qs, (job.id, job.lease), error="boom",
+                                              retry_delay_ms=None, worker_id="w1"))
+            dead.append(job.id)
+    assert queue.dead_count() == CAP + 3
+    assert queue.replay(["not-dead"]) == []  # the script loaded: no NOSCRIPT round below
+    before = script_calls(redis_client)
+    replayed = queue.replay(dead) if by_id else queue.replay(limit=CAP + 3)
+    assert sorted(replayed) == sorted(dead)
+    # 203 jobs in calls of at most CAP // 2 = 100.
+    assert script_calls(redis_client) - before == 3
+    assert_invariants(redis_client, qs)

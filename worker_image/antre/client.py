@@ -78,32 +78,38 @@ def _dead_infos(ids: Sequence[str], records: Sequence[dict[str, str]]) -> list[J
             for job_id, fields in zip(ids, records, strict=True) if fields]
 
 
-#: Ids per replay or purge call: fewer than the scripts accept (MAX_IDS_PER_CALL), so that a
-#: call keeps Redis free for others.
+#: Ids per purge call (and per read of dead records): fewer than the scripts accept
+#: (MAX_IDS_PER_CALL), so that a call keeps Redis free for others.
 _IDS_PER_CALL = min(scripts.MAX_JOBS_PER_CALL, scripts.MAX_IDS_PER_CALL)
+#: Ids per replay call: a replay turns each packed dead record back into a Hash, about five
+#: times a claim's Redis time per job, so a call of 200 held Redis up to 25 ms with 20,000
+#: dead letters (bench/flat_at_scale.py); the goal is under 20 ms for any call.
+_REPLAYS_PER_CALL = _IDS_PER_CALL // 2
 
 
-def _chunks(job_ids: Sequence[str]) -> list[Sequence[str]]:
-    return [job_ids[i:i + _IDS_PER_CALL] for i in range(0, len(job_ids), _IDS_PER_CALL)]
+def _chunks(job_ids: Sequence[str], size: int = _IDS_PER_CALL) -> list[Sequence[str]]:
+    return [job_ids[i:i + size] for i in range(0, len(job_ids), size)]
 
 
-def _checked_ids(job_ids: Sequence[str], limit: int) -> list[Sequence[str]]:
+def _checked_ids(job_ids: Sequence[str], limit: int,
+                 per_call: int = _IDS_PER_CALL) -> list[Sequence[str]]:
     """A replay's or purge's ids in calls, every id checked before the first call is sent."""
     scripts.check_limit("limit", limit)
     scripts.check_job_ids("ids", job_ids)
-    return _chunks(job_ids)
+    return _chunks(job_ids, per_call)
 
 
-def _oldest_batches(limit: int, *, dead_now: int | None = None) -> Iterator[int]:
+def _oldest_batches(limit: int, *, dead_now: int | None = None,
+                    per_call: int = _IDS_PER_CALL) -> Iterator[int]:
     """How many of the oldest dead jobs each call of a replay or purge without ids takes: the
-    ``limit`` in calls of at most _IDS_PER_CALL (the caller stops at a call that finds fewer).
+    ``limit`` in calls of at most ``per_call`` (the caller stops at a call that finds fewer).
     A replay passes how many are dead now and takes no more: a job replayed by one call that
     dies again before the next must not be replayed twice. Lazy: a purge's limit may be far
     larger than the dead-letter list (``purge(limit=10**12)``), and only the calls made count.
     The limit is checked at the call, before anything is sent."""
     scripts.check_limit("limit", limit)
     wanted = limit if dead_now is None else min(limit, dead_now)
-    return (min(_IDS_PER_CALL, wanted - start) for start in range(0, wanted, _IDS_PER_CALL))
+    return (min(per_call, wanted - start) for start in range(0, wanted, per_call))
 
 
 #: The last index ZREVRANGE takes (a signed 64-bit integer); beyond it Redis refuses the call.
@@ -292,13 +298,14 @@ class Queue(_QueueBase):
 
     def replay(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> list[str]:
         """Moves dead jobs back to the queue with a fresh attempt budget (given ids, or the
-        ``limit`` oldest); returns the ids replayed. Ids go 200 per script call, all checked
+        ``limit`` oldest); returns the ids replayed. Ids go 100 per script call, all checked
         before the first is sent."""
         if job_ids:
-            return [job_id for chunk in _checked_ids(job_ids, limit)
+            return [job_id for chunk in _checked_ids(job_ids, limit, _REPLAYS_PER_CALL)
                     for job_id in self._run(replay_op(self.settings, chunk, limit=len(chunk)))]
         replayed: list[str] = []
-        for size in _oldest_batches(limit, dead_now=self.dead_count()):
+        for size in _oldest_batches(limit, dead_now=self.dead_count(),
+                                    per_call=_REPLAYS_PER_CALL):
             batch = self._run(replay_op(self.settings, limit=size))
             replayed.extend(batch)
             if len(batch) < size:
@@ -445,10 +452,11 @@ class AsyncQueue(_QueueBase):
     @_awaited_by_close
     async def replay(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> list[str]:
         if job_ids:
-            return [job_id for chunk in _checked_ids(job_ids, limit)
+            return [job_id for chunk in _checked_ids(job_ids, limit, _REPLAYS_PER_CALL)
                     for job_id in await self._run(replay_op(self.settings, chunk, limit=len(chunk)))]
         replayed: list[str] = []
-        for size in _oldest_batches(limit, dead_now=await self.dead_count()):
+        for size in _oldest_batches(limit, dead_now=await self.dead_count(),
+                                    per_call=_REPLAYS_PER_CALL):
             batch = await self._run(replay_op(self.settings, limit=size))
             replayed.extend(batch)
             if len(batch) < size:
