@@ -8,6 +8,7 @@ from antre.client import Queue
 from antre.errors import InvalidArgument
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
+from antre.protocol.fail import fail_op
 from antre.protocol.release import FREE_RELEASES, release_op
 from antre.protocol.replay import replay_op
 from antre.settings import WorkerSettings
@@ -82,6 +83,25 @@ def test_after_the_free_releases_a_release_spends_the_attempt(redis_client, qs, 
     # A replay starts the count again.
     assert scripts.run(redis_client, replay_op(qs, ["long"])) == ["long"]
     assert read_record(redis_client, qs, "long").get("releases") == "0"
+
+
+@pytest.mark.parametrize("settle", ["release", "fail"])
+def test_a_run_kept_going_without_a_resource_leaves_no_lock_kept_field(redis_client, qs, ws,
+                                                                      settle):
+    """A run that may still be going keeps its resource lock; a job without a resource has no
+    lock, and its record used to keep a lock_kept field for good (nothing clears it: no unlock
+    follows), packed into its finished record too."""
+    seed_job(redis_client, qs, "a")
+    [job] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
+    if settle == "release":
+        op = release_op(qs, [(job.id, job.lease)], worker_id="w1", reason="shutdown",
+                        keep_locks={"a"})
+        assert scripts.run(redis_client, op) == ["released"]
+    else:
+        scripts.run(redis_client, fail_op(qs, (job.id, job.lease), error="timed out",
+                                          retry_delay_ms=0, worker_id="w1", keep_lock=True))
+    assert "lock_kept" not in read_record(redis_client, qs, "a")
+    assert_invariants(redis_client, qs)
 
 
 def test_release_of_a_run_that_cannot_be_stopped_keeps_its_lock(redis_client, qs, ws):

@@ -36,8 +36,9 @@ if not held then
 end
 redis.call('ZREM', processing_key, id)
 local extra = {}
-if keep_lock then
-  -- The claim of the next attempt must not take this lock over while the old run may go on.
+if keep_lock and f[4] then
+  -- The claim of the next attempt must not take this lock over while the old run may go on
+  -- (a job without a resource has no lock, and its record no field for one).
   extra = {'lock_kept', lease}
 else
   release_lock(lock_prefix, f[4], id .. ':' .. lease)

@@ -79,7 +79,8 @@ for _, record in ipairs(records) do
     attempt = math.max(attempt - 1, 0)
   end
   local why = expired and (reason .. ' (after its lease expired: the attempt counts)') or reason
-  if keep_lock then
+  -- Only a lock is kept: a job without a resource has none, and its record no field for it.
+  if keep_lock and f[4] then
     extra[#extra + 1] = 'lock_kept'
     extra[#extra + 1] = lease
   else
