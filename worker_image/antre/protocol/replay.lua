@@ -18,13 +18,32 @@ local ids = take_dead(dead_key, 3, limit)
 local replayed = {}
 for _, id in ipairs(ids) do
   local job_key = job_prefix .. id
-  local f = read_fields(job_key, 'status', 'events')
-  if f[1] == 'dead' then
-    unpack_in_place(job_key, id)
-    local n, hfield, hvalue = history_entry(f[2], 'replayed', now, 0, nil, nil)
-    redis.call('HSET', job_key, 'status', 'queued', 'attempt', 0, 'lock_deferrals', 0,
-      'releases', 0, 'updated_at', now, 'queued_at', now, 'events', n, hfield, hvalue)
-    redis.call('HDEL', job_key, 'expired_lease')
+  local kind = redis.call('TYPE', job_key)['ok']
+  local dead = false
+  if kind == 'string' then
+    -- A packed dead record, as this version writes them: read and unpacked once, then written
+    -- back as a live record's Hash with the replay's changes in the same HSET.
+    local r = unpack_record(redis.call('GET', job_key), id)
+    if r and r.status == 'dead' then
+      local n, hfield, hvalue = history_entry(r.events, 'replayed', now, 0, nil, nil)
+      r.status, r.attempt, r.lock_deferrals, r.releases = 'queued', 0, 0, 0
+      r.updated_at, r.queued_at, r.events, r[hfield] = now, now, n, hvalue
+      r.expired_lease = nil
+      redis.call('DEL', job_key)
+      call_in_chunks('HSET', job_key, flat_fields(r))
+      dead = true
+    end
+  elseif kind == 'hash' then  -- a dead record an earlier version left as a Hash
+    local f = redis.call('HMGET', job_key, 'status', 'events')
+    if f[1] == 'dead' then
+      local n, hfield, hvalue = history_entry(f[2], 'replayed', now, 0, nil, nil)
+      redis.call('HSET', job_key, 'status', 'queued', 'attempt', 0, 'lock_deferrals', 0,
+        'releases', 0, 'updated_at', now, 'queued_at', now, 'events', n, hfield, hvalue)
+      redis.call('HDEL', job_key, 'expired_lease')
+      dead = true
+    end
+  end
+  if dead then
     redis.call('LPUSH', ready_key, id)
     replayed[#replayed + 1] = id
   end
