@@ -44,9 +44,10 @@ from antre.protocol import scripts
 
 T = TypeVar("T")
 
-_HIREDIS_PARSER: Any = redis._parsers.hiredis._HiredisParser
-#: What redis-py's hiredis parser makes its reader return for an incomplete reply.
-_NOT_ENOUGH_DATA: Any = redis._parsers.hiredis.NOT_ENOUGH_DATA
+_HIREDIS_PARSER: Any = getattr(redis._parsers.hiredis, "_HiredisParser", None)
+#: What redis-py's hiredis parser makes its reader return for an incomplete reply (None before
+#: redis-py 5.1, whose reader returned False: such connections take redis-py's own methods).
+_NOT_ENOUGH_DATA: Any = getattr(redis._parsers.hiredis, "NOT_ENOUGH_DATA", None)
 _PUSH: Any = getattr(hiredis, "PushNotification", None)  # hiredis 3.2 and later
 #: Connection classes whose socket is a plain one: TLS keeps decrypted bytes above the socket,
 #: which a readiness poll does not see.
