@@ -74,6 +74,7 @@ class RedisServer:
     def __init__(self, *extra_args: str, port: int | None = None, appendonly: bool = False,
                  appendfsync: str = "everysec") -> None:
         self.port = port or free_port()
+        self._port_given = port is not None
         self.dir = Path(tempfile.mkdtemp(prefix="antre-redis-"))
         self.args = [
             "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
@@ -82,19 +83,45 @@ class RedisServer:
             "--logfile", str(self.dir / "redis.log"), *extra_args,
         ]
         self.process: subprocess.Popen[bytes] | None = None
+        self._started = False
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
+        """Starts the server and waits until it answers. The port was free when it was chosen,
+        but another process (a server or client of a test running beside this one) may have
+        taken it since: on a first start the server then moves to another free port, so that
+        it neither fails to bind nor lets another server answer in its place. A restart, or a
+        port the caller chose, keeps its port and fails instead."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not on PATH; the tests need a real Redis")
-        self.process = subprocess.Popen([binary, *self.args], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
-        wait_until(self._answers, timeout_s=10, message=f"redis-server on port {self.port}")
-        return self
+        for _ in range(3):
+            process = self.process = subprocess.Popen(
+                [binary, *self.args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            wait_until(lambda p=process: self._answers() or p.poll() is not None, timeout_s=10,
+                       message=f"redis-server on port {self.port}")
+            # None: INFO not readable (a password, say), but this process is up and answers.
+            if process.poll() is None and self._answering_pid() in (None, process.pid):
+                self._started = True
+                return self
+            process.kill()
+            process.wait(timeout=10)
+            self.process = None
+            if self._started or self._port_given:
+                break
+            self.port = free_port()
+            self.args[self.args.index("--port") + 1] = str(self.port)
+        raise RuntimeError(f"redis-server could not take port {self.port}: another process holds it")
+
+    def _answering_pid(self) -> int | None:
+        try:
+            with redis.Redis(port=self.port, socket_timeout=2.0) as client:
+                return int(client.info("server")["process_id"])
+        except (redis.RedisError, OSError, KeyError, ValueError):
+            return None
 
     def _answers(self) -> bool:
         try:
@@ -144,12 +171,12 @@ def replicated_redis(replicas: int = 1) -> Iterator[tuple[RedisServer, list[Redi
     tests pause a replica with ``signal.SIGSTOP`` to hold its confirmations back."""
     primary = RedisServer("--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0",
                           "--maxmemory-policy", "noeviction")
-    followers = [RedisServer("--replicaof", "127.0.0.1", str(primary.port))
-                 for _ in range(replicas)]
+    followers: list[RedisServer] = []
     try:
-        primary.start()
-        for follower in followers:
-            follower.start()
+        primary.start()  # first: its port is final once it answers
+        for _ in range(replicas):
+            followers.append(RedisServer("--replicaof", "127.0.0.1", str(primary.port)))
+            followers[-1].start()
         wait_until(lambda: _online_replicas(primary) == replicas, timeout_s=20,
                    message=f"{replicas} replica(s) online")
         yield primary, followers
