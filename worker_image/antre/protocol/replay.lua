@@ -16,6 +16,14 @@ if refused then return refused end
 local now = now_ms()
 local ids = take_dead(dead_key, 3, limit)
 local replayed = {}
+
+-- What a replay changes in a dead record, as field/value pairs (expired_lease goes too).
+local function replay_changes(events)
+  local n, hfield, hvalue = history_entry(events, 'replayed', now, 0, nil, nil)
+  return {'status', 'queued', 'attempt', 0, 'lock_deferrals', 0, 'releases', 0,
+    'updated_at', now, 'queued_at', now, 'events', n, hfield, hvalue}
+end
+
 for _, id in ipairs(ids) do
   local job_key = job_prefix .. id
   local kind = redis.call('TYPE', job_key)['ok']
@@ -25,9 +33,8 @@ for _, id in ipairs(ids) do
     -- back as a live record's Hash with the replay's changes in the same HSET.
     local r = unpack_record(redis.call('GET', job_key), id)
     if r and r.status == 'dead' then
-      local n, hfield, hvalue = history_entry(r.events, 'replayed', now, 0, nil, nil)
-      r.status, r.attempt, r.lock_deferrals, r.releases = 'queued', 0, 0, 0
-      r.updated_at, r.queued_at, r.events, r[hfield] = now, now, n, hvalue
+      local changes = replay_changes(r.events)
+      for i = 1, #changes, 2 do r[changes[i]] = changes[i + 1] end
       r.expired_lease = nil
       redis.call('DEL', job_key)
       call_in_chunks('HSET', job_key, flat_fields(r))
@@ -36,9 +43,7 @@ for _, id in ipairs(ids) do
   elseif kind == 'hash' then  -- a dead record an earlier version left as a Hash
     local f = redis.call('HMGET', job_key, 'status', 'events')
     if f[1] == 'dead' then
-      local n, hfield, hvalue = history_entry(f[2], 'replayed', now, 0, nil, nil)
-      redis.call('HSET', job_key, 'status', 'queued', 'attempt', 0, 'lock_deferrals', 0,
-        'releases', 0, 'updated_at', now, 'queued_at', now, 'events', n, hfield, hvalue)
+      redis.call('HSET', job_key, unpack(replay_changes(f[2])))
       redis.call('HDEL', job_key, 'expired_lease')
       dead = true
     end
