@@ -105,6 +105,20 @@ async def test_a_connection_the_server_closed_is_dialled_again(redis_url: str,
         assert [job.id for job in (await direct.run(_claim())).jobs] == ids
 
 
+async def test_a_connection_marked_for_reconnect_is_dialled_again(redis_url: str,
+                                                                  redis_client: Any) -> None:
+    async with driven(connection.connect_async(redis_url)) as direct:
+        await direct.send([("CLIENT", "ID")])
+        before = await direct.read()
+        kept = await direct.connection()
+        kept.mark_for_reconnect()  # as a MOVING maintenance notification does
+        ids = _enqueue(redis_url, 1)
+        assert [job.id for job in (await direct.run(_claim())).jobs] == ids
+        assert not kept.should_reconnect()
+        await direct.send([("CLIENT", "ID")])
+        assert await direct.read() != before
+
+
 class _Attempts(enum.IntEnum):
     THREE = 3
 

@@ -15,7 +15,8 @@ What stays as redis-py does it: the bytes written (hiredis packs them, as the co
 connection's retry policy around a script call (a dropped connection is dialled again and the
 call sent again, as redis-py resends any command: every script the worker sends this way is safe
 to resend), its health check (a send on a connection idle past ``health_check_interval`` goes
-through redis-py, which PINGs first), connecting, and the errors raised. One deadline, the
+through redis-py, which PINGs first), a connection a maintenance notification marked for
+reconnecting dialled again, connecting, and the errors raised. One deadline, the
 socket timeout, bounds each reply read; a reply not read by then closes the connection and
 raises redis-py's ``TimeoutError``. The parser still handles RESP3 push messages as it reads
 (redis-py 8 speaks RESP3 by default). Connections whose class changes how commands are sent or
@@ -100,6 +101,12 @@ class DirectConnection:
         if self._direct and connection.is_connected and connection._reader.at_eof():
             # The server closed it while it was idle (a restart, a timeout, CLIENT KILL): dial
             # again rather than fail a call Redis never saw, as the pool checks what it hands out.
+            await self._close()
+        should_reconnect = getattr(connection, "should_reconnect", None)
+        if should_reconnect is not None and should_reconnect():
+            # A MOVING maintenance notification (Redis Enterprise, Redis Cloud) marks it to be
+            # dialled again, which the pool does when a connection is given back; this one is
+            # kept between calls, so it is dialled again here.
             await self._close()
         if not (self._direct and connection.is_connected
                 and not self._health_check_due(connection)):
