@@ -217,14 +217,16 @@ async def test_duplicates_are_logged_and_counted(redis_client, aredis, qs, caplo
         await eventually(lambda: status_of(redis_client, qs, first) == "done")
     # A second job with the completed key (its dedupe window on enqueue was bypassed), changed
     # while no worker runs: an idle worker claims a new job within a round trip.
-    second = queue.enqueue("t", idempotency_key="order-2").job_id
+    second = queue.enqueue("t", idempotency_key="order-2", resource_key="invoice-7").job_id
     as_queued_hash(redis_client, qs, second)
     redis_client.hset(qs.keys.job(second), "idempotency_key", "order-1")
     async with running_worker(aredis, qs, registry, metrics=metrics):
         await eventually(lambda: status_of(redis_client, qs, second) == "done")
     assert ran == [first]
-    assert any(getattr(r, "event", None) == "duplicate" and r.job_id == second
-               for r in caplog.records)
+    # The same fields as every other lifecycle line: the runs it had, its resource.
+    [line] = [r for r in caplog.records if getattr(r, "event", None) == "duplicate"]
+    assert (line.job_id, line.job_type, line.idempotency_key, line.attempt,
+            line.resource_key) == (second, "t", "order-1", 0, "invoice-7")
     assert metrics.jobs.labels(qs.name, "t", "duplicate")._value.get() == 1
 
 

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from antre import errors
 from antre.jobs import ClaimedJob
+from antre.protocol.claim import Duplicate
 
 lifecycle = logging.getLogger("antre.lifecycle")
 log = logging.getLogger("antre")
@@ -93,12 +94,15 @@ def job_event(event: str, job: ClaimedJob, *, worker_id: str, level: int = loggi
     lifecycle.log(level, event, extra=extra)
 
 
-def duplicate_event(job_id: str, job_type: str, idempotency_key: str, *, worker_id: str) -> None:
-    """A job the claim settled as done without running it: its idempotency key was done."""
+def duplicate_event(duplicate: Duplicate, *, worker_id: str) -> None:
+    """A job the claim settled as done without running it: its idempotency key was done. The
+    same fields as :func:`job_event`'s lines, ``attempt`` the runs it had before."""
     if lifecycle.isEnabledFor(logging.INFO):
         lifecycle.info("duplicate", extra={
-            "event": "duplicate", "job_id": job_id, "job_type": job_type,
-            "idempotency_key": idempotency_key, "worker_id": worker_id})
+            "event": "duplicate", "job_id": duplicate.id, "job_type": duplicate.type,
+            "attempt": duplicate.attempt, "worker_id": worker_id,
+            "idempotency_key": duplicate.idempotency_key,
+            "resource_key": duplicate.resource_key})
 
 
 def monotonic_ms() -> float:

@@ -391,8 +391,7 @@ class Worker:
                 await self.heartbeat.beat_now(timeout_s=1.0)
                 continue
             for duplicate in result.duplicates:
-                logs.duplicate_event(duplicate.id, duplicate.type, duplicate.idempotency_key,
-                                     worker_id=self.worker_id)
+                logs.duplicate_event(duplicate, worker_id=self.worker_id)
                 if self.metrics is not None:
                     self.metrics.outcome(duplicate.type, "duplicate")
             if result.jobs and time.monotonic() >= claim_sent_at + self.held.trusted_s:

@@ -33,7 +33,8 @@
 --          nothing is promoted, popped or written; else {0, next_due_ms or -1, now_ms} when
 --          nothing was popped, else
 --          {1, n_duplicates, next_due_ms or -1, now_ms,
---           then 3 values per duplicate settled without running: id, type, idempotency_key;
+--           then 5 values per duplicate settled without running: id, type, idempotency_key,
+--           attempt (the runs it had), resource_key or '';
 --           then 10 values per leased job: id, type, payload, attempt, max_attempts, lease,
 --           idempotency_key, resource_key, created_at, headers};
 --          {2, claimed_at_ms, now_ms, then 10 values per job as above} for a claim sent again:
@@ -242,6 +243,8 @@ for i, id in ipairs(ids) do
       dups[#dups + 1] = id
       dups[#dups + 1] = job_type
       dups[#dups + 1] = idem
+      dups[#dups + 1] = f[3]
+      dups[#dups + 1] = resource or ''
     else
       -- Contention is not failure: wait without spending an attempt, but not forever.
       local waits = (tonumber(f[12]) or 0) + 1
@@ -271,7 +274,7 @@ end
 -- In chunks: an error here (Lua's unpack limit) would strand every job of the batch.
 call_in_chunks('ZADD', processing_key, leased)
 call_in_chunks('HDEL', queued_key, taken_ids)
-if #dups > 0 then redis.call('HINCRBY', stats_key, 'duplicate', #dups / 3) end
+if #dups > 0 then redis.call('HINCRBY', stats_key, 'duplicate', #dups / 5) end
 if deferred > 0 then redis.call('HINCRBY', stats_key, 'lock_deferred', deferred) end
 -- When the next scheduled job is due, so that a worker that got fewer jobs than it asked for
 -- (the ready list ran out, or what it popped was deferred or settled) waits for that instead of

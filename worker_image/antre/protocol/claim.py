@@ -13,6 +13,7 @@ from antre.settings import QueueSettings, WorkerSettings
 #: Due retries moved to the ready list per claim call.
 PROMOTE_LIMIT = 100
 _FIELDS = 10
+_DUPLICATE_FIELDS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +23,9 @@ class Duplicate:
     id: str
     type: str
     idempotency_key: str
+    #: The runs it had before (no attempt is spent on it).
+    attempt: int
+    resource_key: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +55,10 @@ def _parse(reply: list[Any]) -> ClaimResult:
         return ClaimResult(jobs=_jobs(reply, 3, claimed_at), next_due_ms=None, now_ms=now,
                            replayed_claimed_at_ms=claimed_at)
     n_duplicates, next_due, now = int(reply[1]), int(reply[2]), int(reply[3])
-    duplicates = [Duplicate(id=reply[i], type=reply[i + 1], idempotency_key=reply[i + 2])
-                  for i in range(4, 4 + 3 * n_duplicates, 3)]
-    return ClaimResult(jobs=_jobs(reply, 4 + 3 * n_duplicates, now),
+    duplicates = [Duplicate(id=reply[i], type=reply[i + 1], idempotency_key=reply[i + 2],
+                            attempt=int(reply[i + 3]), resource_key=reply[i + 4] or None)
+                  for i in range(4, 4 + _DUPLICATE_FIELDS * n_duplicates, _DUPLICATE_FIELDS)]
+    return ClaimResult(jobs=_jobs(reply, 4 + _DUPLICATE_FIELDS * n_duplicates, now),
                        next_due_ms=None if next_due < 0 else next_due, now_ms=now,
                        duplicates=duplicates)
 
