@@ -103,7 +103,8 @@ def _replaced(what: str, uid: str, other: Mapping[str, Any]) -> str:
 async def delete_and_wait(client: kube.KubeClient, namespace: str, name: str, *,
                           timeout_s: float) -> bool:
     """Delete the JobQueue and wait until that object is gone: True when this call deleted
-    it, False when it was gone first. Raises :class:`UninstallFailed`, also when the object
+    it (or sent a delete whose answer was lost before it was found gone), False when it was gone
+    first. Raises :class:`UninstallFailed`, also when the object
     read is gone but another JobQueue of that name (another uid) stands in its place.
 
     The delete carries the uid read (a precondition), so it deletes that object or nothing:
@@ -121,6 +122,7 @@ async def delete_and_wait(client: kube.KubeClient, namespace: str, name: str, *,
     # no answer still names it, not whatever holds the name by then.
     uid: str | None = None
     answered = False  # the delete has its answer: deleted, or not that object any more
+    unanswered = False  # a delete was sent whose answer was lost (it may have deleted it)
     deleted = False
     last: dict[str, Any] | None = None
     last_error: kube.KubeError | None = None
@@ -141,7 +143,9 @@ async def delete_and_wait(client: kube.KubeClient, namespace: str, name: str, *,
                     deleted = False
                 else:
                     if not deleted:
-                        return False  # someone else deleted it since the read
+                        # Gone since the read: deleted by the delete whose answer was lost, if
+                        # one was sent (likely, its uid was the one read), else by someone else.
+                        return unanswered
                 answered = True
             last = await client.get(settings.KIND, namespace, name)
             if last is None:
@@ -154,6 +158,7 @@ async def delete_and_wait(client: kube.KubeClient, namespace: str, name: str, *,
                 action = "read or delete" if not answered else "read"
                 raise UninstallFailed(f"cannot {action} {what}: {exc}") from None
             last_error = exc
+            unanswered = unanswered or (uid is not None and not answered)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             if last_error is not None:

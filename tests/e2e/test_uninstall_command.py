@@ -7,7 +7,8 @@ nothing is deleted. Both failures exit with the program's own code (EXIT_FAILED,
 for a crash), the one the chart's Job fails at once on. A JobQueue of the same name made by
 someone else while the hook runs (another uid) is never deleted: not when it takes the name
 between the hook's read and its delete (the delete's uid precondition), nor when it comes after
-the delete; either way the hook fails with a line naming both uids. The hook in a real
+the delete; either way the hook fails with a line naming both uids. A delete carried out whose
+answer was lost, sent again and answered "not found", is reported as deleted. The hook in a real
 ``helm uninstall`` is in test_helm.py.
 """
 
@@ -142,3 +143,38 @@ async def test_a_jobqueue_made_in_its_place_is_left_alone(cluster: Cluster, crds
         f"JobQueue {namespace}/example (uid {read}) is gone, but another of that name (uid "
         f"{other['metadata']['uid']}) was made meanwhile, which this hook leaves alone: delete "
         f"it yourself, or run helm uninstall again to delete it as the example")
+
+
+class AnswerLostClient(kube.KubeClient):
+    """The program's real client, whose first delete reaches the API server and is carried out,
+    but whose answer is lost on the way back (a connection reset)."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        configuration = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=str(kubeconfig), client_configuration=configuration)
+        super().__init__(timeout_s=10, configuration=configuration)
+        self.deletes = 0
+
+    async def delete(self, kind: str, namespace: str, name: str, *,
+                     uid: str | None = None) -> bool:
+        deleted = await super().delete(kind, namespace, name, uid=uid)
+        self.deletes += 1
+        if self.deletes == 1:
+            raise kube.KubeError(0, "connection reset by peer")
+        return deleted
+
+
+async def test_a_delete_whose_answer_was_lost_is_reported_as_deleted(
+        cluster: Cluster, crds: None, namespace: str) -> None:
+    """The hook's delete is carried out but its answer lost; the one sent again finds nothing.
+    The JobQueue was deleted by the hook, not gone before it: the line says so."""
+    make_jobqueue(cluster, namespace, "example")
+    client = AnswerLostClient(cluster.kubeconfig)
+    try:
+        deleted = await delete_and_wait(client, namespace, "example", timeout_s=10)
+    finally:
+        await client.close()
+    assert client.deletes == 2
+    assert deleted is True
+    assert cluster.get("jobqueue", "example", namespace) is None
