@@ -292,7 +292,7 @@ if claim_key and claim_id and #result > 0 then
   end
   redis.call('SET', claim_key, table.concat(record, '|'), 'PX', lease_ms)
 end
-local reply = {1, #dups / 3, next_due, now}
+local reply = {1, #dups / 5, next_due, now}
 for _, value in ipairs(dups) do reply[#reply + 1] = value end
 for _, value in ipairs(result) do reply[#reply + 1] = value end
 return reply
