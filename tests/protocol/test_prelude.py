@@ -73,3 +73,20 @@ def test_a_script_that_uses_few_helpers_is_loaded_without_the_others() -> None:
     assert "local function pack_record" not in workers
     assert len(workers) < len(PRELUDE) / 10
     assert "local function pack_record" in scripts.load("ack").text
+
+
+@pytest.mark.parametrize(("seconds", "micros", "expected"), [
+    ("1733600000", "0", "1733600000000"), ("1733600000", "5", "1733600000000"),
+    ("1733600000", "999", "1733600000000"), ("1733600000", "5123", "1733600000005"),
+    ("1733600000", "99999", "1733600000099"), ("1733600000", "100000", "1733600000100"),
+    ("1733600000", "999999", "1733600000999")])
+def test_the_clock_as_text_is_the_clock_in_milliseconds(redis_client: redis.Redis, seconds: str,
+                                                         micros: str, expected: str) -> None:
+    """now_ms_text (TIME's text joined, no number conversions) against now_ms for every width
+    of TIME's microseconds, which it pads: a TIME of our own in place of Redis's."""
+    script = ("local redis = {call = function() return {ARGV[1], ARGV[2]} end}\n"
+              + prelude.needed_by(PRELUDE, "now_ms now_ms_text")
+              + "\nreturn {now_ms_text(), tostring(now_ms())}")
+    text, number = redis_client.eval(script, 0, seconds, micros)
+    assert text == expected
+    assert number == expected

@@ -14,7 +14,7 @@ from antre.dashboard import reading
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
 from antre.protocol.depth import depth_op
-from antre.protocol.enqueue import QUEUE_KEY_COUNT, NewJob, enqueue_ops
+from antre.protocol.enqueue import QUEUE_KEY_COUNT, EnqueueCalls, NewJob, enqueue_ops
 from antre.protocol.reap import reap_op
 from antre.settings import QueueSettings
 from invariants import assert_invariants, read_record
@@ -66,6 +66,30 @@ def test_enqueue_writes_one_field_and_no_key(redis_client, qs):
     assert (record["status"], int(record["queued_at"])) == ("scheduled", due)
     assert queue.get(full).idempotency_key == "order-7"
     assert_invariants(redis_client, qs)
+
+
+def test_a_queued_value_keeps_any_text_and_a_long_max_attempts_as_text(redis_client, qs, ws):
+    """The enqueue writes the queued value's text itself: type and payload escaped as JSON,
+    created_at from the Redis clock, a max_attempts of 15 digits or more (past what a Lua number
+    keeps exactly) as a string; the job is claimed as it was sent. Arguments as a producer in
+    another language may send them, past the Python client's own checks."""
+    tricky = 'quote " slash / backslash \\ tab \t é ☃'
+    payload = json.dumps({"text": tricky}, ensure_ascii=False)
+    long_attempts = "1" + "0" * 15
+    before = server_ms(redis_client)
+    [op] = EnqueueCalls(qs).ops_of_encoded(
+        [["j-1", tricky, payload, long_attempts, 0, "", "", ""],
+         ["j-2", "t", "[]", 99999999999999, 0, "", "", ""]])
+    assert [r.created for r in scripts.run(redis_client, op)] == [True, True]
+    after = server_ms(redis_client)
+    kind, stored_payload, created_at, max_attempts = queued_value(redis_client, qs, "j-1")
+    assert (kind, stored_payload, max_attempts) == (tricky, payload, long_attempts)
+    assert before <= created_at <= after
+    assert queued_value(redis_client, qs, "j-2")[3] == 99999999999999
+    jobs = {job.id: job for job in claim(redis_client, qs, ws).jobs}
+    assert (jobs["j-1"].type, jobs["j-1"].payload_json, jobs["j-1"].max_attempts) == (
+        tricky, payload, int(long_attempts))
+    assert jobs["j-2"].max_attempts == 99999999999999
 
 
 def test_claim_takes_a_field_and_a_queued_hash_alike(redis_client, qs, ws):

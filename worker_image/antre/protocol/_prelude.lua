@@ -8,6 +8,13 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The same clock as decimal text, made from TIME's own text: a value only written costs no
+-- number conversion (Redis parses and prints Lua numbers with strtod and printf).
+local function now_ms_text()
+  local t = redis.call('TIME')
+  return t[1] .. string.sub(string.rep('0', 6 - #t[2]) .. t[2], 1, 3)
+end
+
 -- Ids given per call to the scripts that remove jobs by id (replay, purge): each removal is
 -- O(log N), and the cap bounds how long one call holds Redis.
 local MAX_IDS_PER_CALL = 1000
@@ -332,10 +339,15 @@ end
 -- `enqueued` history entry at created_at, and the status: `scheduled` while the id is in the
 -- retry set, `queued` after. The claim turns the field into the job's Hash; every other live
 -- state keeps its Hash, so an id names a job while its field or its key exists.
+-- Written as text around cjson's strings: created_at (now_ms_text) and max_attempts (checked to
+-- be digits) go in as they came, where a Lua number costs a parse and cjson's number printer;
+-- over 14 digits max_attempts stays a string, as json_integer leaves it.
 local function queued_value(job_type, payload, created_at, max_attempts, extras)
-  local packed = {job_type, payload, created_at, json_integer(max_attempts)}
-  if extras then packed[5] = extras end
-  return cjson.encode(packed)
+  local attempts = #max_attempts <= 14 and max_attempts or cjson.encode(max_attempts)
+  local text = '[' .. cjson.encode(job_type) .. ',' .. cjson.encode(payload) .. ','
+    .. created_at .. ',' .. attempts
+  if extras then text = text .. ',' .. cjson.encode(extras) end
+  return text .. ']'
 end
 
 -- The record a queued field holds, as field -> value (the fields of its Hash form, status

@@ -27,7 +27,7 @@
 --         names a job of another type or payload). Either way nothing is written.
 local ready_key, retry_key, stats_key, queued_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local count = tonumber(ARGV[1])
-local now = now_ms()
+local now_text = now_ms_text()
 local result = {}
 -- By membership, not by size: a reaper of an earlier version prunes KEYS[5] only, so KEYS[6] may
 -- keep the entries of workers of this version that are gone, as many as the earlier ones.
@@ -65,7 +65,9 @@ local plan = {}
 for j = 1, count do
   local base = 3 + (j - 1) * 8
   local id, job_type, payload = ARGV[base], ARGV[base + 1], ARGV[base + 2]
-  local max_attempts, delay_ms = ARGV[base + 3], tonumber(ARGV[base + 4])
+  -- '0' (no delay) is most jobs' value: no strtod for it.
+  local max_attempts, delay_text = ARGV[base + 3], ARGV[base + 4]
+  local delay_ms = delay_text == '0' and 0 or tonumber(delay_text)
   local idem = ARGV[base + 5]
   local job_key = KEYS[key_index]
   local idem_key = nil
@@ -86,8 +88,9 @@ for j = 1, count do
       .. '; must be an integer >= 1 (digits only)')
   end
   if not delay_ms or delay_ms < 0 or delay_ms ~= delay_ms or delay_ms == math.huge then
-    return invalid(j, 'delay_ms got ' .. tostring(ARGV[base + 4]) .. '; must be a number >= 0')
+    return invalid(j, 'delay_ms got ' .. tostring(delay_text) .. '; must be a number >= 0')
   end
+  delay_ms = math.floor(delay_ms)
   if job_type == '' then
     return invalid(j, 'type must not be empty')
   end
@@ -99,7 +102,7 @@ for j = 1, count do
       and not (kind == 'string' and packed_array(redis.call('GET', job_key))) then
     return invalid(j, 'job key of id ' .. id .. ' holds the wrong Redis type')
   end
-  local step = {job_key = job_key, idem_key = idem_key, known = kind ~= 'none'}
+  local step = {job_key = job_key, idem_key = idem_key, known = kind ~= 'none', delay_ms = delay_ms}
   if idem_key then
     local digest = digest_of(job_type, payload)
     local marker = redis.pcall('GET', idem_key)
@@ -126,7 +129,7 @@ local hashes_written = {}
 local arg_index, created_total = 3, 0
 for j = 1, count do
   local id, job_type, payload = ARGV[arg_index], ARGV[arg_index + 1], ARGV[arg_index + 2]
-  local max_attempts, delay_ms = ARGV[arg_index + 3], math.floor(tonumber(ARGV[arg_index + 4]))
+  local max_attempts, delay_ms = ARGV[arg_index + 3], plan[j].delay_ms
   local idem, resource, headers = ARGV[arg_index + 5], ARGV[arg_index + 6], ARGV[arg_index + 7]
   arg_index = arg_index + 8
   local job_key, idem_key = plan[j].job_key, plan[j].idem_key
@@ -145,7 +148,7 @@ for j = 1, count do
     local extras = nil
     if delay_ms > 0 or idem ~= '' or resource ~= '' or headers ~= '' then
       extras = {}
-      if delay_ms > 0 then extras.q = now + delay_ms end
+      if delay_ms > 0 then extras.q = tonumber(now_text) + delay_ms end
       if idem ~= '' then extras.i, extras.d = idem, plan[j].digest end
       if resource ~= '' then extras.r = resource end
       if headers ~= '' then extras.H = headers end
@@ -153,7 +156,7 @@ for j = 1, count do
     -- HSETNX: an id already queued (earlier in this batch, or by another call) keeps its job.
     -- It is the batch's first write, so a queued key of the wrong type (a hand edit) is refused
     -- here with nothing written (pcall); once it succeeded, the key is a Hash.
-    local value = queued_value(job_type, payload, now, max_attempts, extras)
+    local value = queued_value(job_type, payload, now_text, max_attempts, extras)
     local written
     if as_fields then
       written = redis.pcall('HSETNX', queued_key, id, value)
@@ -191,7 +194,7 @@ for j = 1, count do
       redis.call('SET', idem_key, marker_text(id, plan[j].digest, false))
     end
     if delay_ms > 0 then
-      redis.call('ZADD', retry_key, now + delay_ms, id)
+      redis.call('ZADD', retry_key, tonumber(now_text) + delay_ms, id)
     else
       redis.call('LPUSH', ready_key, id)
     end
@@ -205,7 +208,7 @@ for j = 1, count do
 end
 
 if created_total > 0 then
-  redis.call('HINCRBY', stats_key, 'enqueued', created_total)
-  if earlier_seen then redis.call('SET', earlier_key, now, 'PX', EARLIER_WORKER_WINDOW_MS) end
+  redis.call('HINCRBY', stats_key, 'enqueued', created_total == 1 and '1' or created_total)
+  if earlier_seen then redis.call('SET', earlier_key, now_text, 'PX', EARLIER_WORKER_WINDOW_MS) end
 end
 return result
