@@ -178,6 +178,8 @@ def test_an_id_whose_key_is_a_string_is_known_only_when_it_holds_a_packed_record
     pytest.param("a:b", id="colon"),
     pytest.param("a|b", id="bar"),
     pytest.param("a b", id="space"),
+    pytest.param("a\x01b", id="control-character"),
+    pytest.param("ab\n", id="ends-in-a-newline"),
     pytest.param("x" * 129, id="too-long"),
 ])
 def test_the_script_refuses_an_unusable_id(redis_client, qs, job_id):

@@ -76,7 +76,8 @@ for j = 1, count do
     idem_key = KEYS[key_index]
     key_index = key_index + 1
   end
-  if not id or #id < 1 or #id > 128 or string.find(id, '[:|%s%c]') then
+  -- Anchored, the pattern walks the id once; unanchored, find starts over at each byte.
+  if not id or #id > 128 or not string.find(id, '^[^:|%s%c]+$') then
     return invalid(j, 'id got ' .. tostring(id) .. '; must be 1-128 characters without '
       .. "':', '|', spaces or control characters")
   end
@@ -94,10 +95,10 @@ for j = 1, count do
   if job_type == '' then
     return invalid(j, 'type must not be empty')
   end
-  -- One read answers both: does the id name a job by its key (a live, finished or dead record,
-  -- or the stub an ack keeps), and is that key a record at all. A queued field is found by the
-  -- write itself (HSETNX).
-  local kind = redis.call('TYPE', job_key)['ok']
+  -- Does the id name a job by its key (a live, finished or dead record, or the stub an ack
+  -- keeps), and is that key a record at all. EXISTS first: a new id's key is missing, and TYPE's
+  -- status reply costs Redis a table. A queued field is found by the write itself (HSETNX).
+  local kind = redis.call('EXISTS', job_key) == 1 and redis.call('TYPE', job_key)['ok'] or 'none'
   if kind ~= 'none' and kind ~= 'hash'
       and not (kind == 'string' and packed_array(redis.call('GET', job_key))) then
     return invalid(j, 'job key of id ' .. id .. ' holds the wrong Redis type')
