@@ -132,6 +132,28 @@ def test_dead_letters_are_kept_for_dead_ttl_then_deleted_with_their_key(redis_cl
     assert_invariants(redis_client, qs)
 
 
+def test_a_pass_that_dead_letters_many_scores_none_ahead_of_the_clock(redis_client, qs, ws):
+    """Before: each death of a script was scored at the Redis time plus its rank in the script,
+    so a pass of 1,000 scored its last deaths about a millisecond ahead of the clock. A job a
+    replay took at once could then die again scored below a letter the list held when the
+    replay began, and the replay of the oldest (replay.lua), which takes the letters scored up
+    to the newest at its start, would replay it twice."""
+    count = 1000
+    Queue(redis_client, settings=qs).enqueue_many([{"type": "t", "max_attempts": 1}] * count)
+    while redis_client.llen(qs.keys.ready):
+        scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=count))
+    redis_client.zadd(qs.keys.processing, dict.fromkeys(redis_client.zrange(qs.keys.processing, 0, -1), 0))
+    op = reap_op(qs, limit=count, pass_lock_ms=0, holder="t")
+    redis_client.script_load(op.script.text)
+    pipe = redis_client.pipeline(transaction=True)  # the clock read right after the pass
+    pipe.evalsha(op.script.sha, len(op.keys), *op.keys, *op.args)
+    pipe.time()
+    _, (seconds, micros) = pipe.execute()
+    scores = [score for _, score in redis_client.zrange(qs.keys.dead, 0, -1, withscores=True)]
+    assert len(set(scores)) == count  # distinct: "newest first" stays exact
+    assert max(scores) <= seconds * 1_000_000 + micros
+
+
 def test_dead_ids_listed_by_older_versions_move_to_the_dead_letters(redis_client, qs):
     """Older workers kept dead ids in a list, and may still push there during a rolling
     upgrade: the reaper moves them over, scored by when they died."""

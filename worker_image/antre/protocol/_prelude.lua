@@ -449,9 +449,14 @@ end
 
 -- Moves a job to the dead letters with its reason; the caller counts it in the stats. `extra`
 -- holds more field/value pairs for the same HSET. The dead letters are a ZSET, so removal by
--- id is O(log N), scored in microseconds (a sequence breaks ties within one script), so
--- "newest first" is exact even for jobs that died in the same millisecond.
-local dead_sequence = 0
+-- id is O(log N), scored by the Redis clock in microseconds, so "newest first" is exact even
+-- for jobs that died in the same millisecond; a death in the same microsecond as the one
+-- before it in this script is scored a microsecond after that one. No score runs ahead of the
+-- clock by more than such ties: a replay of the oldest (replay.lua) relies on a job it
+-- replayed dying again above every score the list held when the replay began. (A sequence
+-- added to every score, as earlier versions did, put the last deaths of a reaper pass of
+-- 1,000 a millisecond ahead.)
+local last_dead_score = 0
 local function dead_letter(job_key, dead_key, id, now, events, attempt, worker, reason, extra)
   local n, hfield, hvalue = history_entry(events, 'dead', now, attempt, worker, reason)
   local fields = {'status', 'dead', 'last_error', reason, 'updated_at', now, 'died_at', now,
@@ -460,8 +465,8 @@ local function dead_letter(job_key, dead_key, id, now, events, attempt, worker, 
   redis.call('HSET', job_key, unpack(fields))
   pack_in_place(job_key, 0)
   local t = redis.call('TIME')
-  dead_sequence = dead_sequence + 1
-  redis.call('ZADD', dead_key, tonumber(t[1]) * 1000000 + tonumber(t[2]) + dead_sequence, id)
+  last_dead_score = math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]), last_dead_score + 1)
+  redis.call('ZADD', dead_key, last_dead_score, id)
 end
 
 -- The holder of a resource lock ('<id>:<lease>') or nil, and true when the key has the wrong
