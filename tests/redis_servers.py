@@ -35,6 +35,12 @@ def script_calls(client: redis.Redis) -> int:
     return sum(int(v["calls"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
 
 
+def script_usec(client: redis.Redis) -> int:
+    """Microseconds the server has spent in EVALSHA and EVAL calls (INFO commandstats)."""
+    stats = client.info("commandstats")
+    return sum(int(v["usec"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
 def wait_until(predicate: Callable[[], object], timeout_s: float = 10.0, interval_s: float = 0.01,
                message: str = "condition") -> object:
     """Polls ``predicate`` until it returns something truthy; fails after ``timeout_s``."""

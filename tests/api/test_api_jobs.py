@@ -3,9 +3,8 @@
 Covers: 202 queued / scheduled with Location, the idempotency key returning the existing job
 with 200, job reads with status, attempt, last_error and history (a hand-back under its own
 event, apart from a shutdown's release, in the history and the counters), 404 for unknown jobs,
-stats,
-the dead-letter list with paging and replay by ids or all, concurrent enqueues sharing script
-calls.
+stats, the dead-letter list with paging and replay by ids or all (past dead letters whose record
+is gone), concurrent enqueues sharing script calls.
 """
 
 from __future__ import annotations
@@ -112,6 +111,21 @@ async def test_replay_by_ids_and_all(client: Any, redis_client: Any) -> None:
     assert (await response.json())["count"] == 2
     assert queue.stats().dead == 1
     assert queue.get(ids[0]).status == JobStatus.QUEUED
+
+
+async def test_replay_all_goes_past_dead_letters_whose_record_is_gone(client: Any,
+                                                                    redis_client: Any) -> None:
+    """Before: a record deleted among the 100 oldest made the first script call replay 99, and
+    the replay ended there: 150 of the 250 dead jobs asked for stayed dead."""
+    queue = Queue(redis_client, "q")
+    queue_states.dead_letters(queue, [("E", 200), ("F", 50)])
+    dead = redis_client.zrange(queue.keys.dead, 0, -1)
+    redis_client.delete(queue.keys.job(dead[7]))
+    response = await client.post("/v1/queues/q/dead/replay", json={"all": True, "limit": 1000})
+    body = await response.json()
+    assert (response.status, body["count"]) == (200, 249)
+    assert body["replayed"] == dead[:7] + dead[8:]
+    assert queue.stats().dead == 0
 
 
 async def test_delay_under_a_millisecond_is_queued_not_scheduled(client: Any,

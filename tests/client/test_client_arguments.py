@@ -185,12 +185,10 @@ def test_an_empty_name_or_prefix_is_refused_not_replaced(redis_client: redis.Red
         Queue(redis_client, **kwargs)
 
 
-def test_a_replay_of_the_oldest_takes_no_more_than_were_dead_at_its_start() -> None:
-    """A second read: between two calls of one replay, a job the first call replayed may die
-    again; the next call would replay it twice. The calls add up to the dead count at the start
-    (purge keeps the limit: a job purged is gone)."""
-    assert list(_oldest_batches(1000, dead_now=250)) == [200, 50]
-    assert list(_oldest_batches(5, dead_now=0)) == []
+def test_a_purge_of_the_oldest_goes_in_calls_of_200_up_to_the_limit() -> None:
+    """A purge keeps to its limit only (a job purged is gone, so none is purged twice); the
+    replay of the oldest, which must not replay a job twice, is in test_oldest_dead_jobs.py."""
     assert list(_oldest_batches(450)) == [200, 200, 50]
+    assert list(_oldest_batches(1)) == [1]
     with pytest.raises(errors.InvalidArgument, match=r"^limit: got 0"):
-        _oldest_batches(0, dead_now=10)
+        _oldest_batches(0)

@@ -8,10 +8,11 @@ from antre.client import Queue
 from antre.protocol import scripts
 from antre.protocol.cancel import cancel_op
 from antre.protocol.purge import purge_op
-from antre.protocol.replay import replay_op
+from antre.protocol.replay import replay_oldest_op, replay_op
 from antre.settings import QueueSettings
 from invariants import assert_invariants
 from protocol_state import dump, run_fresh, seed_job
+from redis_servers import script_usec
 
 
 def seed_dead(r, qs):
@@ -41,6 +42,30 @@ def test_replay_without_ids_takes_the_oldest(redis_client, qs):
     state = dump(redis_client, qs)
     assert state["dead"] == ["d3"] and state["ready"] == ["d2", "d1"]
     assert_invariants(redis_client, qs)
+
+
+def test_a_replay_of_the_oldest_takes_only_letters_up_to_its_cutoff(redis_client, qs):
+    """Its first call answers the newest score as the cutoff, and the later calls pass it on:
+    a job that died after the replay began is left for the next replay. A letter whose record
+    is gone is taken (counted in ``taken``) and dropped, not replayed."""
+    seed_dead(redis_client, qs)
+    redis_client.delete(qs.keys.job("d1"))  # evicted, or deleted by hand
+    first = run_fresh(redis_client, replay_oldest_op(qs, limit=1))
+    assert (first.taken, first.replayed) == (1, [])
+    assert float(first.cutoff) == redis_client.zscore(qs.keys.dead, "d3")  # the newest
+    seed_job(redis_client, qs, "d4", status="dead", attempt=1, lease=1)  # died meanwhile
+    later = scripts.run(redis_client, replay_oldest_op(qs, limit=100, cutoff=first.cutoff))
+    assert (later.taken, later.cutoff, later.replayed) == (2, first.cutoff, ["d2", "d3"])
+    state = dump(redis_client, qs)
+    assert state["dead"] == ["d4"] and state["ready"] == ["d3", "d2"]
+    assert state["stats"] == {"replayed": 2}
+    assert_invariants(redis_client, qs)
+    last = scripts.run(redis_client, replay_oldest_op(qs, limit=100, cutoff=first.cutoff))
+    assert (last.taken, last.replayed) == (0, [])
+    assert dump(redis_client, qs) == state
+    redis_client.delete(qs.keys.dead)
+    empty = scripts.run(redis_client, replay_oldest_op(qs, limit=100))
+    assert (empty.taken, empty.cutoff, empty.replayed) == (0, "", [])
 
 
 def test_purge_deletes_records_and_own_idempotency_keys(redis_client, qs):
@@ -103,16 +128,10 @@ def test_removal_by_id_does_not_scan_the_dead_letters(redis_client, qs):
         pipe.zadd(qs.keys.dead, {f"d{i}": i for i in range(start, start + 10_000)})
     pipe.execute()
     unknown = [f"nope-{i}" for i in range(1000)]
-
-    def script_usec() -> int:
-        stats = redis_client.info("commandstats")
-        return sum(int(stats.get(f"cmdstat_{name}", {}).get("usec", 0))
-                   for name in ("evalsha", "eval"))
-
     queue = Queue(redis_client, settings=qs)
-    spent = script_usec()
+    spent = script_usec(redis_client)
     assert queue.replay(unknown) == [] and queue.purge(unknown) == 0
-    spent = script_usec() - spent
+    spent = script_usec(redis_client) - spent
     # LREM scanned 200,000 entries per id: minutes. 50 ms leaves a margin of 10x and more.
     assert spent < 50_000, f"{spent} us inside Redis for 2 x 1,000 unknown ids"
     assert redis_client.zcard(qs.keys.dead) == 200_000

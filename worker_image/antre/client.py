@@ -24,7 +24,7 @@ from antre.protocol.enqueue import EnqueueCalls, NewJob, encode
 from antre.protocol.purge import purge_op
 from antre.protocol.read_records import records_op
 from antre.protocol.reap import ReapResult, reap_op
-from antre.protocol.replay import replay_op
+from antre.protocol.replay import OldestReplayed, replay_oldest_op, replay_op
 from antre.protocol.workers import WorkerEntry, WorkerRegistry, workers_op
 from antre.settings import QueueSettings
 
@@ -99,17 +99,48 @@ def _checked_ids(job_ids: Sequence[str], limit: int,
     return _chunks(job_ids, per_call)
 
 
-def _oldest_batches(limit: int, *, dead_now: int | None = None,
-                    per_call: int = _IDS_PER_CALL) -> Iterator[int]:
-    """How many of the oldest dead jobs each call of a replay or purge without ids takes: the
-    ``limit`` in calls of at most ``per_call`` (the caller stops at a call that finds fewer).
-    A replay passes how many are dead now and takes no more: a job replayed by one call that
-    dies again before the next must not be replayed twice. Lazy: a purge's limit may be far
-    larger than the dead-letter list (``purge(limit=10**12)``), and only the calls made count.
-    The limit is checked at the call, before anything is sent."""
+def _oldest_batches(limit: int) -> Iterator[int]:
+    """How many of the oldest dead jobs each call of a purge without ids takes: the ``limit``
+    in calls of at most 200 (the caller stops at a call that finds fewer; a letter whose
+    record is gone counts as purged, so only the end of the list makes one). Lazy: the limit
+    may be far larger than the dead-letter list (``purge(limit=10**12)``), and only the calls
+    made count. The limit is checked at the call, before anything is sent."""
     scripts.check_limit("limit", limit)
-    wanted = limit if dead_now is None else min(limit, dead_now)
-    return (min(per_call, wanted - start) for start in range(0, wanted, per_call))
+    return (min(_IDS_PER_CALL, limit - start) for start in range(0, limit, _IDS_PER_CALL))
+
+
+class _ReplayOfTheOldest:
+    """The script calls of a replay of the ``limit`` oldest dead jobs, shared by both clients:
+    ``while (op := replay.next_op()) is not None: replay.took(run(op))``.
+
+    Calls of 100 go on until ``limit`` jobs are replayed or a call takes fewer letters than it
+    asked for. A letter whose record is gone (evicted, deleted by hand) is dropped and does not
+    count, nor end the replay. Only letters that were dead when the replay began are taken:
+    the first call answers the newest score in the list and every later call takes only
+    letters scored at or below it, so a job replayed by one call that dies again before a
+    later one (scored later, see dead_letter in _prelude.lua) is not replayed twice, whatever
+    other clients replay or purge meanwhile. The limit is checked here, before anything is
+    sent."""
+
+    def __init__(self, settings: QueueSettings, limit: int) -> None:
+        scripts.check_limit("limit", limit)
+        self.settings = settings
+        self.limit = limit
+        self.replayed: list[str] = []
+        self._cutoff = ""
+        self._asked = 0
+        self._ended = False
+
+    def next_op(self) -> scripts.Op[OldestReplayed] | None:
+        if self._ended or len(self.replayed) >= self.limit:
+            return None
+        self._asked = min(_REPLAYS_PER_CALL, self.limit - len(self.replayed))
+        return replay_oldest_op(self.settings, limit=self._asked, cutoff=self._cutoff)
+
+    def took(self, call: OldestReplayed) -> None:
+        self.replayed.extend(call.replayed)
+        self._cutoff = call.cutoff
+        self._ended = call.taken < self._asked
 
 
 #: The last index ZREVRANGE takes (a signed 64-bit integer); beyond it Redis refuses the call.
@@ -297,20 +328,16 @@ class Queue(_QueueBase):
         return int(self.redis.zcard(self.keys.dead))
 
     def replay(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> list[str]:
-        """Moves dead jobs back to the queue with a fresh attempt budget (given ids, or the
-        ``limit`` oldest); returns the ids replayed. Ids go 100 per script call, all checked
-        before the first is sent."""
+        """Moves dead jobs back to the queue with a fresh attempt budget (given ids, or up to
+        ``limit`` of the oldest, among those dead when it starts); returns the ids replayed.
+        Ids go 100 per script call, all checked before the first is sent."""
         if job_ids:
             return [job_id for chunk in _checked_ids(job_ids, limit, _REPLAYS_PER_CALL)
                     for job_id in self._run(replay_op(self.settings, chunk, limit=len(chunk)))]
-        replayed: list[str] = []
-        for size in _oldest_batches(limit, dead_now=self.dead_count(),
-                                    per_call=_REPLAYS_PER_CALL):
-            batch = self._run(replay_op(self.settings, limit=size))
-            replayed.extend(batch)
-            if len(batch) < size:
-                break
-        return replayed
+        replay = _ReplayOfTheOldest(self.settings, limit)
+        while (op := replay.next_op()) is not None:
+            replay.took(self._run(op))
+        return replay.replayed
 
     def purge(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> int:
         """Deletes dead jobs for good (given ids, or the ``limit`` oldest); returns how many."""
@@ -454,14 +481,10 @@ class AsyncQueue(_QueueBase):
         if job_ids:
             return [job_id for chunk in _checked_ids(job_ids, limit, _REPLAYS_PER_CALL)
                     for job_id in await self._run(replay_op(self.settings, chunk, limit=len(chunk)))]
-        replayed: list[str] = []
-        for size in _oldest_batches(limit, dead_now=await self.dead_count(),
-                                    per_call=_REPLAYS_PER_CALL):
-            batch = await self._run(replay_op(self.settings, limit=size))
-            replayed.extend(batch)
-            if len(batch) < size:
-                break
-        return replayed
+        replay = _ReplayOfTheOldest(self.settings, limit)
+        while (op := replay.next_op()) is not None:
+            replay.took(await self._run(op))
+        return replay.replayed
 
     @_awaited_by_close
     async def purge(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> int:

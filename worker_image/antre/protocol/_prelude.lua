@@ -580,9 +580,15 @@ local function drop_idempotency_key(idem_prefix, idem, id)
 end
 
 -- The dead ids a replay or purge works on: the ids given from ARGV[first] on (each removed
--- from the dead letters, unknown ones skipped), or else the `limit` oldest.
-local function take_dead(dead_key, first, limit)
+-- from the dead letters, unknown ones skipped), or else the `limit` oldest, and with a
+-- `cutoff` (a score) only those scored at or below it. Every id returned is off the list.
+local function take_dead(dead_key, first, limit, cutoff)
   local ids = {}
+  if #ARGV < first and cutoff then
+    ids = redis.call('ZRANGEBYSCORE', dead_key, '-inf', cutoff, 'LIMIT', 0, limit)
+    zrem_all(dead_key, ids)
+    return ids
+  end
   if #ARGV < first then
     local popped = redis.call('ZPOPMIN', dead_key, limit)
     for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end

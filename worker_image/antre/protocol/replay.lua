@@ -5,16 +5,32 @@
 -- Undeclared keys under the same {Q} tag: job records (packed while dead; a Hash again once
 -- replayed).
 -- ARGV[1] -> job key prefix
--- ARGV[2] -> limit: with no ids, replay up to this many of the oldest dead jobs
--- ARGV[3..] -> job ids to replay (none = the oldest `limit`; at most 1000)
--- Returns: the ids replayed (ids not among the dead letters are skipped, in O(log N) each).
+-- ARGV[2] -> limit: with no ids, take up to this many of the oldest dead letters
+-- ARGV[3] -> cutoff: with no ids, take only letters scored at or below it; '' = the newest
+--            score now, which the reply returns for the replay's later calls to pass
+-- ARGV[4..] -> job ids to replay (none = the oldest `limit`; at most 1000)
+-- Returns: {taken, cutoff, replayed ids...}: how many ids this call took off the dead
+-- letters (given ids that are not among them are skipped, in O(log N) each), the cutoff it
+-- used ('' with ids, or when there were no dead letters), then the ids replayed. An id taken
+-- whose record is gone or not dead is dropped, not replayed.
 -- Errors: ANTRE_INVALID (more than 1000 ids).
 local ready_key, dead_key, stats_key = KEYS[1], KEYS[2], KEYS[3]
-local job_prefix, limit = ARGV[1], tonumber(ARGV[2])
-local refused = too_many_ids(3)
+local job_prefix, limit, cutoff = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local refused = too_many_ids(4)
 if refused then return refused end
 local now = now_ms()
-local ids = take_dead(dead_key, 3, limit)
+local ids = {}
+if #ARGV >= 4 then
+  ids, cutoff = take_dead(dead_key, 4, limit), ''
+else
+  if cutoff == '' then
+    -- A replay's first call. A job the replay replays can die again only after this call,
+    -- and is then scored above every score the list holds now (dead_letter; while the Redis
+    -- clock does not go back), so the later calls, passing this on, never take it again.
+    cutoff = redis.call('ZRANGE', dead_key, -1, -1, 'WITHSCORES')[2] or ''
+  end
+  if cutoff ~= '' then ids = take_dead(dead_key, 4, limit, cutoff) end
+end
 local replayed = {}
 
 -- What a replay changes in a dead record, as field/value pairs (expired_lease goes too).
@@ -54,4 +70,4 @@ for _, id in ipairs(ids) do
   end
 end
 if #replayed > 0 then redis.call('HINCRBY', stats_key, 'replayed', #replayed) end
-return replayed
+return {#ids, cutoff, unpack(replayed)}
