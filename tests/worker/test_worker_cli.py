@@ -25,6 +25,7 @@ from antre.protocol.fail import fail_op
 from antre.protocol.release import release_op
 from antre.settings import QueueSettings, WorkerSettings
 from invariants import assert_invariants, read_record
+from operations import queue_states
 from redis_servers import child_env, free_port, wait_until
 
 QS = QueueSettings(name="cli")
@@ -106,6 +107,36 @@ def test_dlq_list_replay_purge(redis_client, redis_url, capsys):
     assert capsys.readouterr().out.strip() == "purged 2 job(s)"
     assert redis_client.zcard(QS.keys.dead) == 0
     assert_invariants(redis_client, QS)
+
+
+def test_dlq_replay_all_replays_no_job_twice(redis_client, redis_url, capsys, monkeypatch):
+    """Before: `dlq replay --all` called the client's replay of the oldest again until the
+    count dead at its start was replayed. One whose first script call replayed 100 of 250,
+    while another client purged 60 of the oldest and one of the 100 died again, came short of
+    that count, and the next replay took that job a second time."""
+    queue = Queue(redis_client, settings=QS)
+    for _ in range(2):
+        queue_states.dead_letters(queue, [("boom", 125)])
+    dead = redis_client.zrange(QS.keys.dead, 0, -1)
+    died_again = []
+    run = Queue._run
+
+    def run_then_interfere(self, op):
+        reply = run(self, op)
+        if op.script.name == "replay" and not died_again:
+            died_again.append(None)
+            assert queue.purge(redis_client.zrange(QS.keys.dead, 0, 59)) == 60
+            [lease] = queue_states.claim(queue, 1)
+            assert queue_states.fail(queue, lease, error="again", retry_delay_ms=None) == "dead"
+            died_again[0] = lease[0]
+        return reply
+
+    monkeypatch.setattr(Queue, "_run", run_then_interfere)
+    assert cli(redis_url, "dlq", "replay", "--all") == 0
+    assert capsys.readouterr().out.strip() == "replayed 190 job(s)"
+    [again] = died_again
+    assert again in dead[:100] and redis_client.zrange(QS.keys.dead, 0, -1) == [again]
+    assert queue.stats().counters["replayed"] == 190
 
 
 @pytest.mark.parametrize(("args", "code", "message"), [

@@ -12,9 +12,6 @@ from antre.commands import EXIT_NOT_FOUND, Command, Unavailable, json_flag, open
 from antre.protocol import scripts
 from antre.protocol.read_records import fields_op
 
-#: Dead jobs replayed or purged per script call with --all.
-DLQ_BATCH: Final = 1000
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["list", "replay", "purge"],
@@ -68,16 +65,14 @@ def _dead_among(queue: Queue, ids: list[str]) -> set[str]:
 
 
 def _all(queue: Queue, action: str) -> int:
-    """Replays or purges in batches, so Redis is never blocked for long; at most the jobs dead
-    at the start, so replayed jobs that die again meanwhile are not replayed in a loop."""
-    done, wanted = 0, queue.stats().dead
-    while done < wanted:
-        size = min(DLQ_BATCH, wanted - done)
-        batch = len(queue.replay(limit=size)) if action == "replay" else queue.purge(limit=size)
-        done += batch
-        if batch == 0:
-            break
-    return done
+    """Replays or purges at most as many as are dead at the start, in one call of the client,
+    which goes in script calls that each hold Redis briefly. One replay, not several: a replay
+    takes only jobs that were dead when it began, so a job it replayed that dies again
+    meanwhile is not replayed a second time, which a second replay would do."""
+    dead = queue.stats().dead
+    if not dead:
+        return 0
+    return len(queue.replay(limit=dead)) if action == "replay" else queue.purge(limit=dead)
 
 
 COMMAND: Final = Command("dlq", "dead-letter list, replay, purge", configure, run)
