@@ -90,3 +90,45 @@ def test_the_clock_as_text_is_the_clock_in_milliseconds(redis_client: redis.Redi
     text, number = redis_client.eval(script, 0, seconds, micros)
     assert text == expected
     assert number == expected
+
+
+def _eval_with(redis_client: redis.Redis, names: str, body: str, *args: str) -> object:
+    """``body`` run after the prelude definitions ``names`` name, with ``args`` as ARGV."""
+    return redis_client.eval(prelude.needed_by(PRELUDE, names) + "\n" + body, 0, *args)
+
+
+@pytest.mark.parametrize("text", ["0", "1", "2", "31", "1733600000123", "9007199254740991",
+                                  "1e20", "-4", "2.5", "0.1", "-0.75", "123456789012.5"])
+def test_a_number_written_once_per_call_is_written_as_before(redis_client: redis.Redis,
+                                                             text: str) -> None:
+    """decimal() gives the text Redis stored when the scripts handed it the number itself
+    (redis.call: %.17g) for an integer, and what a join writes (%.14g) for any other; asked
+    twice in a call, it answers the same."""
+    stored = _eval_with(redis_client, "decimal", """
+local n = tonumber(ARGV[1])
+redis.call('SET', 'given', n)
+return {decimal(n), decimal(n), redis.call('GET', 'given'), '' .. n}""", text)
+    first, again, as_redis_wrote, as_joined = stored  # type: ignore[misc]
+    assert first == again
+    number = float(text)
+    assert first == (as_redis_wrote if number.is_integer() else as_joined)
+
+
+def test_hex_and_decimal_take_what_a_table_cannot_hold(redis_client: redis.Redis) -> None:
+    """NaN cannot be a table key: converted each time as tostring and string.format do, never
+    remembered (an error otherwise); 2^53 and beyond as a join writes them."""
+    assert _eval_with(redis_client, "decimal hex", """
+local nan = 0 / 0
+return {decimal(nan), decimal(nan), tostring(nan), hex(nan) == string.format('%x', nan),
+  hex(255), hex(255), decimal(2^53), hex(0)}""") == [
+        "-nan", "-nan", "-nan", 1, "ff", "ff", "9.007199254741e+15", "0"]
+
+
+@pytest.mark.parametrize("text", ["0", "7", "007", "42", "12345678901234", "123456789012345",
+                                  "-3", "1.5", "", "abc"])
+def test_an_integer_written_as_json_text_is_what_cjson_wrote(redis_client: redis.Redis,
+                                                             text: str) -> None:
+    ours, cjsons = _eval_with(  # type: ignore[misc]
+        redis_client, "json_integer json_integer_text",
+        "return {json_integer_text(ARGV[1]), cjson.encode(json_integer(ARGV[1]))}", text)
+    assert ours == cjsons

@@ -38,13 +38,40 @@ end
 -- and stays a compact listpack instead of turning into a hashtable (about 3x the memory).
 local HISTORY_SLOTS = 32
 local SAME_WORKER = '^'
+
+-- A number as the text Redis stores, converted once per call. Lua 5.1 has only doubles: each
+-- number given to redis.call or joined into text costs Redis a printf, and the scripts of a
+-- drain write the same few numbers (the call's clock, attempt 1, history slot 2) for every job
+-- of a batch. Integers as %d (the digits Redis's own %.17g gives them); anything else as
+-- tostring, as a join would write it.
+local decimal_texts = {}
+local function decimal(n)
+  local text = decimal_texts[n]
+  if text then return text end
+  if n ~= math.floor(n) or n <= -2^53 or n >= 2^53 then return tostring(n) end
+  text = string.format('%d', n)
+  decimal_texts[n] = text
+  return text
+end
+
+-- string.format('%x', n), once per call for each n (a history entry's time is the call's clock).
+local hex_texts = {}
+local function hex(n)
+  local text = hex_texts[n]
+  if text then return text end
+  text = string.format('%x', n)
+  if n == n then hex_texts[n] = text end
+  return text
+end
+
 local function history_entry(events, event, at, attempt, worker, err)
   local n = (tonumber(events) or 0) + 1
-  local entry = event .. '|' .. string.format('%x', at) .. '|' .. (tonumber(attempt) or '')
+  local attempt_number = tonumber(attempt)
+  local entry = event .. '|' .. hex(at) .. '|' .. (attempt_number and decimal(attempt_number) or '')
   local has_error = err and err ~= ''
   if (worker and worker ~= '') or has_error then entry = entry .. '|' .. (worker or '') end
   if has_error then entry = entry .. '|' .. err end
-  return n, 'h:' .. (n % HISTORY_SLOTS), entry
+  return n, 'h:' .. decimal(n % HISTORY_SLOTS), entry
 end
 
 -- A finished (done, cancelled) or dead record is written once and then only read, so it is
@@ -142,6 +169,15 @@ local function json_integer(text)
     return tonumber(text)
   end
   return text
+end
+
+-- The JSON cjson writes for json_integer(text), without the number's parse and print when the
+-- text is already those digits (no leading zero).
+local function json_integer_text(text)
+  if type(text) == 'string' and #text <= 14 and string.find(text, '^[1-9]%d*$') then
+    return text
+  end
+  return cjson.encode(json_integer(text))
 end
 
 -- A decoded JSON value as the text a hash field holds; nil for null, false or anything else.
@@ -266,8 +302,9 @@ local function packed_one_run(r, field_count, now)
   end
   if now < at then return nil end
   local _, _, acked = history_entry(2, 'acked', now - at, r.attempt, SAME_WORKER, nil)
-  return cjson.encode({r.type, r.payload, json_integer(r.created_at),
-    json_integer(r.max_attempts), {with_time(claimed, at - created, first, second), acked}})
+  return '[' .. cjson.encode(r.type) .. ',' .. cjson.encode(r.payload) .. ','
+    .. json_integer_text(r.created_at) .. ',' .. json_integer_text(r.max_attempts) .. ','
+    .. cjson.encode({with_time(claimed, at - created, first, second), acked}) .. ']'
 end
 
 -- The decoded array of a packed record's text; nil for text that is not one. On its own for
@@ -341,11 +378,10 @@ end
 -- state keeps its Hash, so an id names a job while its field or its key exists.
 -- Written as text around cjson's strings: created_at (now_ms_text) and max_attempts (checked to
 -- be digits) go in as they came, where a Lua number costs a parse and cjson's number printer;
--- over 14 digits max_attempts stays a string, as json_integer leaves it.
+-- over 14 digits max_attempts stays a string (json_integer_text).
 local function queued_value(job_type, payload, created_at, max_attempts, extras)
-  local attempts = #max_attempts <= 14 and max_attempts or cjson.encode(max_attempts)
   local text = '[' .. cjson.encode(job_type) .. ',' .. cjson.encode(payload) .. ','
-    .. created_at .. ',' .. attempts
+    .. created_at .. ',' .. json_integer_text(max_attempts)
   if extras then text = text .. ',' .. cjson.encode(extras) end
   return text .. ']'
 end

@@ -128,7 +128,7 @@ local function settle_done(id, lease, f, note, fields)
         for _, value in ipairs(changes) do flat[#flat + 1] = value end
         text = pack_record(flat)
       end
-      redis.call('SET', job_key, text, 'PX', done_ttl_ms)
+      redis.call('SET', job_key, text, 'PX', decimal(done_ttl_ms))
     else
       redis.call('HSET', job_key, unpack(changes))
       keep_finished(job_key, done_ttl_ms)
@@ -141,7 +141,8 @@ local function settle_done(id, lease, f, note, fields)
     redis.call('PEXPIRE', job_key, stub_ttl_ms)
   end
   if f[5] then
-    redis.call('SET', idem_prefix .. f[5], marker_text(id, digest, true), 'PX', idem_done_ttl_ms)
+    redis.call('SET', idem_prefix .. f[5], marker_text(id, digest, true), 'PX',
+      decimal(idem_done_ttl_ms))
   end
 end
 

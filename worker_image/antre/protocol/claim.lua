@@ -182,7 +182,7 @@ for i, id in ipairs(ids) do
         outcome = 'duplicate'
       end
     end
-    local token = id .. ':' .. lease
+    local token = id .. ':' .. decimal(lease)
     if not broken and outcome == 'run' and resource then
       local lock_key = lock_prefix .. resource
       local holder, wrong_type = lock_holder(lock_key)
@@ -194,7 +194,7 @@ for i, id in ipairs(ids) do
           or holder == id .. ':' .. tostring(f[13])) then
         outcome = 'deferred'
       else
-        redis.call('SET', lock_key, token, 'PX', lease_ms)
+        redis.call('SET', lock_key, token, 'PX', decimal(lease_ms))
       end
     end
     if fresh and outcome ~= 'run' then materialise(job_key, fresh) end
@@ -206,20 +206,24 @@ for i, id in ipairs(ids) do
 
     if outcome == 'run' then
       local n, hfield, hvalue = history_entry(f[10], 'claimed', now, attempt, worker, nil)
+      -- decimal: a batch's jobs share these numbers; each is converted to text once.
+      local attempt_text, lease_text, events_text = decimal(attempt), decimal(lease), decimal(n)
       if fresh then
-        fresh.status, fresh.attempt, fresh.lease = 'processing', attempt, lease
+        fresh.status, fresh.attempt, fresh.lease = 'processing', attempt_text, lease_text
         fresh.worker = worker
-        fresh.updated_at, fresh.events, fresh[hfield] = now, n, hvalue
+        fresh.updated_at, fresh.events, fresh[hfield] = decimal(now), events_text, hvalue
         materialise(job_key, fresh)
       elseif f[12] then
         -- The bound on waits for a busy resource is per wait, not over the job's whole life.
-        redis.call('HSET', job_key, 'status', 'processing', 'attempt', attempt, 'lease', lease,
-          'worker', worker, 'updated_at', now, 'events', n, hfield, hvalue, 'lock_deferrals', 0)
+        redis.call('HSET', job_key, 'status', 'processing', 'attempt', attempt_text,
+          'lease', lease_text, 'worker', worker, 'updated_at', decimal(now),
+          'events', events_text, hfield, hvalue, 'lock_deferrals', 0)
       else
-        redis.call('HSET', job_key, 'status', 'processing', 'attempt', attempt, 'lease', lease,
-          'worker', worker, 'updated_at', now, 'events', n, hfield, hvalue)
+        redis.call('HSET', job_key, 'status', 'processing', 'attempt', attempt_text,
+          'lease', lease_text, 'worker', worker, 'updated_at', decimal(now),
+          'events', events_text, hfield, hvalue)
       end
-      leased[#leased + 1] = deadline
+      leased[#leased + 1] = decimal(deadline)
       leased[#leased + 1] = id
       result[#result + 1] = id
       result[#result + 1] = job_type
@@ -285,10 +289,10 @@ if head[2] then next_due = tonumber(head[2]) end
 -- Remembered for a lease (when they have all expired, a replay would answer nothing), so a
 -- claim sent again after a lost reply gets these leases instead of stranding them.
 if claim_key and claim_id and #result > 0 then
-  local record = {claim_id, now}
+  local record = {claim_id, decimal(now)}
   for i = 1, #result, 10 do
-    record[#record + 1] = result[i]          -- id
-    record[#record + 1] = result[i + 5]      -- lease
+    record[#record + 1] = result[i]                  -- id
+    record[#record + 1] = decimal(result[i + 5])     -- lease
   end
   redis.call('SET', claim_key, table.concat(record, '|'), 'PX', lease_ms)
 end
