@@ -54,14 +54,11 @@ local function decimal(n)
   return text
 end
 
--- string.format('%x', n), once per call for each n (a history entry's time is the call's clock).
-local hex_texts = {}
+-- string.format('%x', n), the last n's kept (a history entry's time is the call's clock).
+local hex_of, hex_text = nil, nil
 local function hex(n)
-  local text = hex_texts[n]
-  if text then return text end
-  text = string.format('%x', n)
-  if n == n then hex_texts[n] = text end
-  return text
+  if n ~= hex_of then hex_of, hex_text = n, string.format('%x', n) end
+  return hex_text
 end
 
 local function history_entry(events, event, at, attempt, worker, err)
