@@ -5,6 +5,12 @@ measured twice in one server: with each script loaded as antre loads it (the par
 ``_prelude.lua`` it uses, antre/protocol/prelude.py) and with the whole prelude before it, as
 every script was loaded before; an empty script (``return 1``) gives the floor of any call.
 
+``--drain N`` adds what Redis spends per job while a real ``antre worker`` (its defaults, the
+bench's no-op handler) drains N queued jobs, claims and acks batched as a backlog batches them:
+once with the jobs queued as fields (a worker of this version was registered while they were
+enqueued) and once as Hashes (none was: a queue scaled to zero). From the worker's start to its
+last ack, so its registration and heartbeats are in it too.
+
 The count covers everything Redis does for the call (reading and parsing the command, the
 script, the reply), hardly moves with the machine's load, and is the same for the same binary
 and inputs, where Redis's own ``usec_per_call`` on a shared 2-core machine varies by 2x between
@@ -12,6 +18,7 @@ runs. It reports; it asserts nothing.
 
     python bench/script_cost.py                 # 400 calls per step and variant
     python bench/script_cost.py --calls 1000
+    python bench/script_cost.py --drain 10000   # and a worker's drain of 10,000 jobs
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import antre
 import redis
 from antre.protocol import scripts
 from antre.protocol.ack import ack_op
@@ -45,6 +53,8 @@ from bench import _results
 QUEUE = QueueSettings(name="bench")
 WORKER = WorkerSettings(visibility_timeout_s=300)
 WORKER_ID = "bench-worker-0123456789abcdef"
+#: The no-op handler the peer comparison's antre workers run (its queue is QUEUE's).
+DRAIN_HANDLERS = "bench.adapters.antre_jobs"
 
 
 def whole_prelude(script: scripts.Script) -> scripts.Script:
@@ -153,9 +163,43 @@ def measure(server: CountedServer, calls: int, whole: bool) -> dict[str, float]:
     return {name: server.count(step) / calls for name, step in steps.items()}
 
 
+def measure_drain(server: CountedServer, jobs: int, *, as_fields: bool) -> float:
+    """Redis instructions per job while ``antre worker`` drains ``jobs`` no-op jobs."""
+    r = server.client
+    r.flushall()
+    url = f"redis://127.0.0.1:{server.port}/0"
+    queue = antre.Queue.from_url(url, settings=QUEUE)
+    keys = queue.settings.keys
+    try:
+        if as_fields:  # a worker of this version registered while the jobs are enqueued
+            r.zadd(keys.workers, {WORKER_ID: time.time() * 1000})
+            r.zadd(keys.field_readers, {WORKER_ID: time.time() * 1000})
+        queue.enqueue_many([("noop", None)] * jobs)
+        r.zrem(keys.workers, WORKER_ID)
+        r.zrem(keys.field_readers, WORKER_ID)
+    finally:
+        queue.close()
+    with tempfile.TemporaryDirectory() as logs:
+        workers = h.Workers(h.child_env(url, Path(logs)), Path(logs))
+
+        def drain() -> None:
+            workers.start([sys.executable, "-m", "antre", "worker", "--handlers", DRAIN_HANDLERS,
+                           "--queue", QUEUE.name, "--redis-url", url])
+            h.wait_until(lambda: int(r.hget(keys.stats, "done") or 0) >= jobs,
+                         timeout_s=1800, interval_s=0.5,
+                         message=f"the worker to finish {jobs} jobs under callgrind")
+
+        try:
+            return server.count(drain) / jobs
+        finally:
+            workers.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=400)
+    parser.add_argument("--drain", type=int, default=0, metavar="N",
+                        help="also count a worker's drain of N jobs (0: not)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as dumps:
         started = time.perf_counter()
@@ -165,6 +209,8 @@ def main() -> None:
                   f"{h.load_line()}", flush=True)
             loaded = measure(server, args.calls, whole=False)
             whole = measure(server, args.calls, whole=True)
+            drained = {form: measure_drain(server, args.drain, as_fields=form == "fields")
+                       for form in ("fields", "Hashes")} if args.drain else {}
         finally:
             server.stop()
     print(f"{args.calls} calls per step and variant, {time.perf_counter() - started:.0f} s\n")
@@ -172,6 +218,11 @@ def main() -> None:
              f"{loaded[name] / whole[name] - 1:+.1%}"] for name in loaded]
     print(h.table(["step (one job per call)", "instructions per call, as loaded",
                    "with the whole prelude", "change"], rows))
+    if drained:
+        print(f"\nA worker's drain of {args.drain:,} jobs (antre worker, defaults, no-op handler):\n")
+        print(h.table(["jobs queued as", "Redis instructions per job"],
+                      [["fields (a worker was registered)", f"{drained['fields']:,.0f}"],
+                       ["Hashes (no worker was registered)", f"{drained['Hashes']:,.0f}"]]))
 
 
 if __name__ == "__main__":
