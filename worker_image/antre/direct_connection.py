@@ -82,7 +82,11 @@ class DirectConnection:
     async def connection(self) -> Any:
         """The kept connection, taken from the pool on first use."""
         if self._connection is None:
-            self._connection = await self.client.connection_pool.get_connection()
+            pool = self.client.connection_pool
+            try:
+                self._connection = await pool.get_connection()
+            except TypeError:  # redis-py before 5.3 wants a command name
+                self._connection = await pool.get_connection("EVALSHA")
             self._direct = _drives_directly(self._connection)
         return self._connection
 
