@@ -28,7 +28,9 @@ from antre.sentinel_urls import SentinelUrl
 #: this many times, each after asking the Sentinels anew. redis-py gives clients built on a
 #: Sentinel pool no retries of their own; longer outages are ridden out by the callers' loops.
 COMMAND_RETRIES: Final = 3
-_BACKOFF: Final = redis.backoff.ExponentialWithJitterBackoff(base=0.05, cap=0.5)
+#: Each retry waits a random time up to 0.1, 0.2, then 0.4 s (redis-py 5.3's
+#: ExponentialWithJitterBackoff draws the same below its cap; earlier releases lack it).
+_BACKOFF: Final = redis.backoff.FullJitterBackoff(base=0.05, cap=0.5)
 #: redis-py's TLS options, given to the Sentinel connections too with rediss+sentinel://.
 _TLS_OPTIONS: Final = ("ssl_ca_certs", "ssl_ca_path", "ssl_ca_data", "ssl_certfile",
                        "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname", "ssl_password",
@@ -54,7 +56,8 @@ class _PrimaryConnection(redis.sentinel.SentinelManagedConnection):
             self._resolving = False
 
     def connect_check_health(self, *args: Any, **kwargs: Any) -> None:
-        if not self._resolving and not self.is_connected and self.connection_pool.is_master:
+        # No socket: not connected (the sync connections' is_connected is new in redis-py 8).
+        if not self._resolving and self._sock is None and self.connection_pool.is_master:
             self.host, self.port = self.connection_pool.get_master_address()
         super().connect_check_health(*args, **kwargs)
 
@@ -102,7 +105,9 @@ class SentinelRedis(redis.Redis):
     def close(self) -> None:
         super().close()
         if self.sentinels is not None:
-            self.sentinels.close()
+            # What Sentinel.close() does from redis-py 8.1 on; earlier releases have none.
+            for sentinel_client in self.sentinels.sentinels:
+                sentinel_client.close()
 
 
 class AsyncSentinelRedis(redis.asyncio.Redis):
@@ -119,7 +124,8 @@ class AsyncSentinelRedis(redis.asyncio.Redis):
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
         await super().aclose(close_connection_pool)
         if self.sentinels is not None:
-            await self.sentinels.aclose()
+            for sentinel_client in self.sentinels.sentinels:  # as in SentinelRedis.close()
+                await sentinel_client.aclose()
 
 
 def _sentinel_kwargs(parsed: SentinelUrl, server_options: dict[str, Any],
