@@ -27,7 +27,7 @@ from multidict import MultiDictProxy
 
 from antre import errors
 from antre.dashboard import forwarded, sessions
-from antre.dashboard.state import SESSION, Dashboard, PageError, dashboard_of
+from antre.dashboard.state import SESSION, Dashboard, PageError, dashboard_of, session_of
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -174,7 +174,7 @@ def error_page(dashboard: Dashboard, request: web.Request, exc: PageError) -> we
 
 def page_context(dashboard: Dashboard, request: web.Request) -> dict[str, object]:
     """What the base template needs on every page."""
-    session = request.get(SESSION)
+    session = session_of(request)
     return {"csrf": dashboard.signer.csrf_token(session) if session else "",
             "signed_in": session is not None, "token_required": dashboard.token is not None,
             "read_only": dashboard.settings.read_only}
@@ -202,7 +202,7 @@ def _login_form(dashboard: Dashboard, request: web.Request, *, next_path: str, e
 async def login_page(request: web.Request) -> web.StreamResponse:
     dashboard = dashboard_of(request)
     next_path = safe_return(dashboard, request.query.get("next"), dashboard.url("/"))
-    if request[SESSION] is not None:
+    if session_of(request) is not None:
         raise web.HTTPSeeOther(next_path)
     # A link from another site arrives without the SameSite=Strict cookie (the browser says so
     # in Sec-Fetch-Site, also after our redirect here); one reload of this page from our own

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from antre.dashboard import live, reading, views
 from antre.dashboard.access import page_context, safe_return, secure_headers
-from antre.dashboard.state import SESSION, Dashboard, PageError, dashboard_of
+from antre.dashboard.state import Dashboard, PageError, dashboard_of, session_of
 from antre.jobs import JobStatus
 
 #: Dead-letter windows offered for grouping.
@@ -204,7 +204,7 @@ async def _stream(request: web.Request, topic: str) -> web.StreamResponse:
     secure_headers(response)
     # The stream ends with its session: an open tab must not outlive the sign-in (its
     # reconnect then needs a session like any page).
-    session = request[SESSION]
+    session = session_of(request)
     ends_at_s = session.expires_at_s if session is not None else time.time()
     try:
         await response.prepare(request)

@@ -251,8 +251,23 @@ def job_actions(job: reading.JobDetail) -> list[dict[str, str]]:
 
 
 DASHBOARD: Final = web.AppKey("antre_dashboard", Dashboard)
-#: The request's verified session (None: not signed in), set by the access middleware.
-SESSION: Final[web.RequestKey[sessions.Session | None]] = web.RequestKey("antre_session")
+
+
+def _request_key(name: str) -> Any:
+    """A typed request key from aiohttp 3.14 on (which warns about a plain string); the name
+    itself before, as those releases take it."""
+    key_type = getattr(web, "RequestKey", None)
+    return key_type(name) if key_type is not None else name
+
+
+#: The request's verified session (None: not signed in), set by the access middleware; read
+#: with :func:`session_of`.
+SESSION: Final = _request_key("antre_session")
+
+
+def session_of(request: web.Request) -> sessions.Session | None:
+    session: sessions.Session | None = request.get(SESSION)
+    return session
 
 
 def dashboard_of(request: web.Request) -> Dashboard:
