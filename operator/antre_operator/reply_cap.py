@@ -13,7 +13,7 @@ worker registry, at most 1,001 ids of jobs in flight and their workers' ids.
 from __future__ import annotations
 
 import contextvars
-from typing import Final
+from typing import Any, Final
 
 import redis.exceptions
 from redis._parsers.hiredis import _AsyncHiredisParser
@@ -47,10 +47,10 @@ class CappedHiredisParser(_AsyncHiredisParser):
         self._reply_bytes = 0
 
     async def read_response(self, disable_decoding: bool = False,  # type: ignore[override]
-                            push_request: bool = False) -> object:
+                            **options: Any) -> object:
         self._reply_bytes = 0
-        return await super().read_response(disable_decoding=disable_decoding,
-                                           push_request=push_request)
+        # push_request as redis-py passes it: its parser takes one from 6.4 on, none before.
+        return await super().read_response(disable_decoding=disable_decoding, **options)
 
     async def read_from_socket(self) -> bool:
         buffer = await self._stream.read(self._read_size)  # type: ignore[union-attr]
