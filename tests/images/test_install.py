@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
-import sys
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -36,39 +34,13 @@ from packaging.utils import canonicalize_name
 
 from .dockerfiles import build_context
 from .locks import read
+from .virtualenvs import new_venv, pip, pip_env, run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKER_LOCK = REPO_ROOT / "worker_image" / "requirements.txt"
 OPERATOR_LOCK = REPO_ROOT / "operator" / "requirements.txt"
 BUILD_LOCK = REPO_ROOT / "worker_image" / "build-requirements.txt"
 SOURCE_DATE_EPOCH = "315532800"  # the Dockerfiles' default
-TIMEOUT_S = 600
-
-
-def pip_env() -> dict[str, str]:
-    """This machine's pip settings, minus a local wheel directory that could stand in for
-    PyPI's files; no PYTHONPATH, so the source tree cannot shadow an installed package."""
-    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHONHOME"}}
-    env["PIP_FIND_LINKS"] = ""
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    return env
-
-
-def run(*args: str | Path, env: dict[str, str] | None = None) -> str:
-    result = subprocess.run([str(a) for a in args], capture_output=True, text=True,
-                            timeout=TIMEOUT_S, check=False, env=env or pip_env())
-    assert result.returncode == 0, (f"{' '.join(map(str, args))} failed:\n"
-                                    f"{result.stdout}\n{result.stderr}")
-    return result.stdout
-
-
-def pip(*args: str | Path, env: dict[str, str] | None = None) -> str:
-    return run(sys.executable, "-m", "pip", *args, env=env)
-
-
-def new_venv(root: Path) -> Path:
-    run(sys.executable, "-m", "venv", "--without-pip", root)
-    return root / "bin" / "python"
 
 
 def install_locked(python: Path, wheelhouse: Path, lock: Path) -> None:
