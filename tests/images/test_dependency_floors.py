@@ -1,0 +1,140 @@
+"""antre at the lowest versions pyproject.toml allows: a user whose other pins hold every
+runtime dependency at its floor gets a working install.
+
+Aspects: each runtime dependency of the base package has a ``>=`` floor (read from
+pyproject.toml, so this test follows the file); a fresh virtualenv gets exactly those versions
+from PyPI, wheels only (a floor that installs only by compiling from source is no floor), with
+what they need in turn at whatever pip resolves today, and antre itself with ``--no-deps``,
+built from the files a Docker build context holds; ``pip check`` agrees. Then, from that
+virtualenv and against a real redis-server: the sync client enqueues and reads a job back (its
+pinned connection, on redis-py's own methods where the floor lacks the internals it drives
+directly), the asyncio client does the same, ``antre demo`` works 100 jobs off with a real
+worker (retries, resource locks, two dead-lettered), and ``antre api --dashboard`` answers
+the stats, the metrics and a dashboard page rendered from its templates.
+
+Needs PyPI, as test_install.py does; pip's cache makes a second run quick.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+from redis_servers import free_port, wait_until
+
+from .dockerfiles import build_context
+from .virtualenvs import TIMEOUT_S, new_venv, pip, pip_env, run
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+#: One process builds the virtualenv and runs every test here (scripts/test.sh: loadgroup).
+pytestmark = pytest.mark.xdist_group("dependency-floors")
+
+#: Run by the floor virtualenv's Python: both clients against the URL given as argv[1].
+CLIENTS_ROUND = """
+import asyncio, sys
+import antre
+
+url = sys.argv[1]
+queue = antre.Queue.from_url(url, "floors")
+job = queue.enqueue("send_email", {"to": "sync@example.com"})
+assert queue.get(job.job_id).payload == {"to": "sync@example.com"}, "sync read back"
+queue.close()
+
+async def main():
+    aqueue = antre.AsyncQueue.from_url(url, "floors")
+    job = await aqueue.enqueue("send_email", {"to": "async@example.com"})
+    assert (await aqueue.get(job.job_id)).payload == {"to": "async@example.com"}, "async read back"
+    print("ready:", (await aqueue.stats()).ready)
+    await aqueue.close()
+
+asyncio.run(main())
+"""
+
+
+def floors() -> list[str]:
+    """``name[extras]==floor`` for each runtime dependency of the base package."""
+    pins = []
+    for line in PYPROJECT["project"]["dependencies"]:
+        req = Requirement(line)
+        lowest = [spec.version for spec in req.specifier if spec.operator == ">="]
+        assert len(lowest) == 1, f"pyproject.toml: {line!r} states no single >= floor"
+        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+        pins.append(f"{req.name}{extras}=={lowest[0]}")
+    return pins
+
+
+@pytest.fixture(scope="module")
+def floor_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("floors")
+    python = new_venv(root / "venv")
+    pip("--python", python, "install", "--only-binary=:all:", "--no-compile", *floors())
+    context = root / "context"
+    build_context(REPO_ROOT, context)
+    if not (context / "README.md").exists():
+        (context / "README.md").write_text("antre\n")  # pyproject's readme
+    pip("--python", python, "install", "--no-deps", "--no-compile", context)
+    return root / "venv"
+
+
+def user_env() -> dict[str, str]:
+    """No PYTHONPATH (the source tree must not stand in for the install) and no ANTRE_*."""
+    return {k: v for k, v in pip_env().items() if not k.startswith("ANTRE_")}
+
+
+def test_the_floors_are_what_got_installed(floor_venv: Path) -> None:
+    python = floor_venv / "bin" / "python"
+    installed = {canonicalize_name(name): Version(version) for name, version in (
+        line.split("==") for line in pip("--python", python, "list", "--format=freeze").split())}
+    for pin in map(Requirement, floors()):
+        (floor,) = pin.specifier
+        assert installed.get(canonicalize_name(pin.name)) == Version(floor.version), pin
+    assert "No broken requirements found" in pip("--python", python, "check")
+
+
+def test_both_clients_enqueue_and_read_back(floor_venv: Path, redis_url: str,
+                                            tmp_path: Path) -> None:
+    out = run(floor_venv / "bin" / "python", "-c", CLIENTS_ROUND, redis_url, env=user_env(),
+              cwd=tmp_path)
+    assert "ready: 2" in out
+
+
+def test_a_worker_works_the_demo_off(floor_venv: Path, redis_url: str, tmp_path: Path) -> None:
+    out = run(floor_venv / "bin" / "antre", "demo", "--redis-url", redis_url, "--jobs", "100",
+              env=user_env(), cwd=tmp_path)
+    [final] = [line for line in out.splitlines() if line.startswith("final stats:")]
+    assert "'done': 98, 'dead': 2" in final, out  # every 10th is a report, 2 of them broken
+
+
+def test_the_api_serves_stats_metrics_and_the_dashboard(floor_venv: Path, redis_url: str,
+                                                        tmp_path: Path) -> None:
+    port = free_port()
+    process = subprocess.Popen(
+        [floor_venv / "bin" / "antre", "api", "--no-auth", "--dashboard", "--port", str(port),
+         "--redis-url", redis_url, "--queue", "floors"], cwd=tmp_path, env=user_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+
+    def get(path: str) -> str:
+        with urllib.request.urlopen(base + path, timeout=5) as response:
+            assert response.status == 200, path
+            return str(response.read().decode())
+
+    try:
+        wait_until(lambda: get("/healthz"), timeout_s=30, message="antre api on the floors")
+        assert json.loads(get("/v1/queues/floors/stats"))["queue"] == "floors"
+        assert "antre_api_requests_total" in get("/metrics")
+        page = get("/ui/")
+        assert "<h1>Queues</h1>" in page and 'data-queue="floors"' in page
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=TIMEOUT_S)
+    assert "Traceback" not in stderr, stderr
+
