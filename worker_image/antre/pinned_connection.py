@@ -217,7 +217,13 @@ class PinnedConnection:
         if interval:
             connection.next_health_check = time.monotonic() + interval
         if isinstance(reply, (redis.ResponseError, redis.ConnectionError)):
-            raise reply
+            try:
+                raise reply
+            finally:
+                # The raised error's traceback holds this frame, whose local would hold the
+                # error: a cycle that kept the caller's Queue, and its pool connection, until
+                # the next garbage collection.
+                reply = None
         return reply
 
     def close(self) -> None:
