@@ -9,15 +9,28 @@ from collections.abc import AsyncIterator
 
 
 @contextlib.asynccontextmanager
-async def flooding_server(reply_bytes: int, answers: dict[bytes, bytes] | None = None,
+async def flooding_server(reply_bytes: int, answers: dict[bytes, bytes] | None = None, *,
+                          hung_up: asyncio.Event | None = None,
                           ) -> AsyncIterator[tuple[int, list[int]]]:
     """A server that speaks Redis for the handshake (HELLO, CLIENT), answers the commands of
     ``answers`` as given, then any other command with one bulk string of ``reply_bytes``, sent
     as long as its client reads. Yields its port and a list that receives the bytes it managed
-    to send."""
+    to send. ``hung_up``, if given, is set whenever its last open connection has ended (the
+    client gone): ``sent`` then holds all that the server got out to it."""
     sent: list[int] = []
+    connections = 0
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            await serve(reader, writer)
+        finally:
+            connections -= 1
+            if hung_up is not None and connections == 0:
+                hung_up.set()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             while True:
                 count = int((await reader.readline())[1:])

@@ -24,7 +24,7 @@ from antre.protocol.extend_lease import extend_lease_op
 from antre.settings import QueueSettings, WorkerSettings
 from antre_operator import backlog, reply_cap
 from hostile_redis import bulk, depth_reply, flooding_server
-from redis_servers import free_port, running_redis, script_calls
+from redis_servers import eventually, free_port, running_redis, script_calls
 
 
 async def test_depth_in_one_round_trip(redis_url: str, redis_client: redis.Redis) -> None:
@@ -129,7 +129,7 @@ async def fake_server(answer: bytes | None) -> AsyncIterator[int]:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read(100)
         if answer is None:
-            await asyncio.sleep(5)
+            await reader.read()  # silent until the client gives up and hangs up
         else:
             writer.write(answer)
             await writer.drain()
@@ -194,14 +194,14 @@ async def test_a_reply_larger_than_any_queue_needs_is_not_read() -> None:
     """One operator serves every JobQueue: a Redis a JobQueue names (its author's own server)
     must not be able to fill the operator's memory by answering the depth read with hundreds of
     megabytes. The read stops at MAX_REPLY_BYTES and fails like any answer that is not Redis's."""
-    flood = 200 * 1024 * 1024
-    async with flooding_server(flood) as (port, sent):
+    flood, hung_up = 200 * 1024 * 1024, asyncio.Event()
+    async with flooding_server(flood, hung_up=hung_up) as (port, sent):
         error = await read_error(port, timeout_s=30)
         assert backlog.NO_REDIS_MESSAGE in str(error)
         assert "longer than" in error.detail
         # What the server got out before the connection was dropped: the cap, plus what the
         # kernel's socket buffers hold (a few MB on loopback), far from the whole reply.
-        await asyncio.sleep(0)
+        await eventually(hung_up.is_set, timeout_s=5, message="the server to see the client go")
         assert sum(sent) < reply_cap.MAX_REPLY_BYTES + 24 * 1024 * 1024 < flood
 
 
@@ -218,12 +218,13 @@ async def test_a_thousand_replies_share_the_cap_of_one_read() -> None:
     reply under the cap, a thousand of them far over it. The replies of one read share it."""
     ids = b"*10\r\n" + b"".join(b"$2\r\nj%d\r\n" % i for i in range(10))
     no_workers = b"*3\r\n:1\r\n:0\r\n:-2\r\n"  # workers.lua: the registry is empty
-    each = 7 * 1024 * 1024
-    async with flooding_server(each, {b"EVALSHA": no_workers, b"ZRANGE": ids}) as (port, sent):
+    each, hung_up = 7 * 1024 * 1024, asyncio.Event()
+    async with flooding_server(each, {b"EVALSHA": no_workers, b"ZRANGE": ids},
+                               hung_up=hung_up) as (port, sent):
         error = await failed_read(f"redis://127.0.0.1:{port}/0", timeout_s=30,
                                   read=backlog.QueueReader.jobs_in_flight_by_pod)
         assert "longer than" in error.detail
-        await asyncio.sleep(0)
+        await eventually(hung_up.is_set, timeout_s=5, message="the server to see the client go")
         assert sum(sent) < reply_cap.MAX_REPLY_BYTES + 24 * 1024 * 1024 < 10 * each
 
 

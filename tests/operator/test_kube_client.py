@@ -38,7 +38,7 @@ async def test_refused_connection_is_a_kube_error() -> None:
 
 async def test_timeout_is_a_kube_error() -> None:
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(5)
+        await reader.read()  # no answer: the request is read until the client hangs up
         writer.close()
 
     server = await asyncio.start_server(silent, "127.0.0.1", 0)
