@@ -21,19 +21,23 @@ from antre.protocol.claim import claim_op
 from antre.settings import WorkerSettings
 from redis_servers import RedisServer, child_env, wait_until
 
+#: The reaper loop's interval (s); the outage lasts OUTAGE_PASSES of them.
+INTERVAL_S, OUTAGE_PASSES = 0.1, 5
+
 
 def test_a_reaper_loop_waits_an_outage_out_and_resumes(tmp_path: Path) -> None:
     server = RedisServer().start()
     out, err = tmp_path / "out", tmp_path / "err"
     with out.open("wb") as stdout, err.open("wb") as stderr:
         reaper = subprocess.Popen(
-            [sys.executable, "-m", "antre", "reaper", "--interval", "0.1", "--queue", "q",
+            [sys.executable, "-m", "antre", "reaper", "--interval", str(INTERVAL_S), "--queue", "q",
              "--redis-url", server.url], env=child_env(), stdout=stdout, stderr=stderr)
     try:
         server.kill()
-        wait_until(lambda: "trying again every 0.1 s" in err.read_text(), timeout_s=15,
+        wait_until(lambda: f"trying again every {INTERVAL_S:g} s" in err.read_text(), timeout_s=15,
                    message="the reaper saying Redis went away")
-        time.sleep(0.5)  # the outage: several passes fail meanwhile
+        # The outage goes on for several passes: none may exit the loop or say so again.
+        time.sleep(OUTAGE_PASSES * INTERVAL_S)
         assert reaper.poll() is None, err.read_text()
         server.start()
         wait_until(lambda: "Redis answers again" in err.read_text(), timeout_s=15,

@@ -45,10 +45,10 @@ class Producer(threading.Thread):
                     result = self.queue.enqueue("record", {"n": n}, idempotency_key=f"p-{n}")
                 except RedisUnavailable:
                     self.failed_calls += 1
-                    time.sleep(0.02)
+                    time.sleep(0.02)  # the retry's pace while Redis is down
                     continue
                 self.acknowledged.append(result.job_id)
-                time.sleep(0.004)
+                time.sleep(0.004)  # the load's pace: at most 250 enqueues a second
         except BaseException as exc:  # surfaced by the test, not lost in a thread
             self.error = exc
 

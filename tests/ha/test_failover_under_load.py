@@ -64,7 +64,7 @@ class Producer(threading.Thread):
                     self.unconfirmed += 1
                     continue
                 except RedisUnavailable:
-                    time.sleep(0.02)
+                    time.sleep(0.02)  # the retry's pace while no primary answers
                     continue
                 self.acknowledged.append((key, time.time()))
         except BaseException as exc:  # surfaced by the test, not lost in a thread
