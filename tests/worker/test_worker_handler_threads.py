@@ -19,6 +19,7 @@ from antre.handler_threads import HandlerThreads, ThreadTimeout
 from antre.jobs import ClaimedJob
 from antre.runs import Run
 from invariants import assert_invariants
+from redis_servers import wait_until
 from worker_harness import eventually, running_worker, status_of
 
 #: Short jobs that come first, so the worker has measured its pace and prefetches (none is
@@ -76,10 +77,8 @@ async def test_a_returning_thread_starts_the_next_job_without_the_loop(redis_cli
             handlers.gate.set()
             # The event loop is blocked from here on (a blocking call in a coroutine): only the
             # thread that frees can start the next job.
-            deadline = time.monotonic() + 5
-            while next_id not in handlers.started and time.monotonic() < deadline:
-                time.sleep(0.005)
-            assert next_id in handlers.started, "the next job started while the loop was blocked"
+            wait_until(lambda: next_id in handlers.started, timeout_s=5, interval_s=0.005,
+                       message="the next job to start while the loop was blocked")
             assert handlers.started[next_id][1] == handlers.started[gated_id][1], \
                 "in the thread the gated job freed"
             await eventually(lambda: status_of(redis_client, qs, next_id) == "done")

@@ -21,6 +21,7 @@ import time
 import pytest
 from antre import Backoff, HandlerRegistry, Job, Queue, QueueSettings, Retry, errors
 from antre.metrics import WorkerMetrics
+from antre.worker import IDLE_WAIT_S
 from invariants import as_queued_hash, assert_invariants, read_record
 from redis_servers import child_env, wait_until
 from worker_harness import eventually, running_worker, status_of
@@ -248,7 +249,7 @@ async def test_an_idle_worker_blocks_instead_of_polling(redis_client, aredis, qs
         # Past start-up (registration, first claim): the worker waits on the empty queue.
         await eventually(lambda: calls("blmove") > waits_at_start, message="the first wait")
         scripts_before, waits_before = calls("evalsha"), calls("blmove")
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(1.5 * IDLE_WAIT_S)  # idle: one and a half blocking waits' time
         scripts_made, waits_made = calls("evalsha") - scripts_before, calls("blmove") - waits_before
     assert scripts_made <= 4, f"{scripts_made} script calls in 1.5 idle seconds"
     assert 1 <= waits_made <= 3
