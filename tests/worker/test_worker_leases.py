@@ -20,6 +20,7 @@ from antre.protocol.claim import claim_op
 from antre.protocol.release import FREE_RELEASES
 from antre.protocol.scripts import load as load_script
 from antre.settings import QueueSettings, WorkerSettings
+from antre.worker import IDLE_WAIT_S
 from invariants import as_queued_hash, assert_invariants, read_record, read_records
 from redis_servers import running_redis
 from reply_cutter import ReplyCutter
@@ -287,11 +288,13 @@ async def test_idle_worker_starts_a_new_job_within_10_ms(redis_client, redis_url
         async with running_worker(aredis, qs, registry):
             await producer.stats()  # connect before measuring
             for i in range(20):
-                await eventually(lambda: redis_client.zcard(qs.keys.processing) == 0)
-                await asyncio.sleep(0)  # let the worker reach its blocking wait
+                # Idle: the last job acked, and the worker in its blocking wait.
+                await eventually(lambda: redis_client.zcard(qs.keys.processing) == 0
+                                 and redis_client.info("clients")["blocked_clients"] >= 1,
+                                 interval_s=0.001, message="the worker idle in its blocking wait")
                 sent = time.perf_counter()
                 await producer.enqueue("ping", i)
-                await eventually(lambda i=i: i in started, timeout_s=2)
+                await eventually(lambda i=i: i in started, timeout_s=2, interval_s=0.001)
                 latencies.append(started[i] - sent)
     finally:
         await producer.close()
@@ -313,7 +316,8 @@ async def test_a_job_that_ends_a_long_idle_wait_keeps_its_lease(redis_client, ar
     async with running_worker(aredis, qs, registry, visibility_timeout_s=1.0):
         await eventually(lambda: int(redis_client.info("commandstats").get(
             "cmdstat_blmove", {}).get("calls", 0)) > waits, message="the worker's idle wait")
-        await asyncio.sleep(0.95)  # the job arrives late in a wait of up to 1 s
+        # The job arrives late in the wait (IDLE_WAIT_S, as long as the lease): 95% into it.
+        await asyncio.sleep(0.95 * IDLE_WAIT_S)
         job_id = Queue(redis_client, settings=qs).enqueue("t").job_id
         await eventually(lambda: status_of(redis_client, qs, job_id) == "done")
     # Claimed once and run, not given back unstarted ("released"); a heartbeat may land
