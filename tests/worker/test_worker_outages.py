@@ -61,7 +61,9 @@ async def test_a_run_whose_lease_cannot_be_renewed_is_abandoned_at_its_deadline(
                 try:
                     await eventually(lambda: spans, timeout_s=LEASE_S + 2, message="run 1 abandoned")
                 finally:
-                    await asyncio.sleep(0.5)  # a little past the lease: the test is about that
+                    # Frozen 0.5 s past the run's deadline, just reached: Redis's copy of the
+                    # lease (set a round trip later) has run out too. The test is about that.
+                    await asyncio.sleep(0.5)
                     server.process.send_signal(signal.SIGCONT)
                 await eventually(lambda: status_of(sync, qs, first) == status_of(sync, qs, second)
                                  == "done", timeout_s=15)
