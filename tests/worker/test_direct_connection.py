@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import select
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -22,7 +23,7 @@ from antre.idle_wait import IdleWait
 from antre.protocol import scripts
 from antre.protocol.claim import ClaimResult, claim_op
 from antre.settings import QueueSettings, WorkerSettings
-from redis_servers import eventually, running_redis
+from redis_servers import eventually, running_redis, wait_until
 
 QS = QueueSettings(name="direct")
 
@@ -84,9 +85,10 @@ async def test_a_reply_later_than_the_socket_timeout_closes_the_connection(
 
 async def test_a_reply_within_a_longer_timeout_is_read(redis_url: str,
                                                       redis_client: Any) -> None:
-    async with driven(connection.connect_async(redis_url, socket_timeout=0.3)) as direct:
+    socket_timeout_s = 0.3
+    async with driven(connection.connect_async(redis_url, socket_timeout=socket_timeout_s)) as direct:
         await direct.send([("BLPOP", "pushed-later", 2)])
-        await asyncio.sleep(0.5)  # past the socket timeout, before the read's own
+        await asyncio.sleep(socket_timeout_s + 0.2)  # past the socket timeout, before the read's own
         redis_client.rpush("pushed-later", "x")
         assert await direct.read(timeout_s=2.5) == ["pushed-later", "x"]
 
@@ -200,26 +202,29 @@ async def test_a_wait_answered_late_is_an_outage_on_a_connection_reading_its_own
     # Redis stalls (SIGSTOP) while the idle wait blocks, past the wait's deadline, and answers
     # within the claim's read that follows: the wait's nil reply must not be taken for the
     # claim's, nor the claim's left to be read as the next call's.
+    wait_s, socket_timeout_s = 0.5, 1.0
     with running_redis() as server:
         sync = redis.Redis.from_url(server.url, decode_responses=True)
         client = redis.asyncio.Redis.from_url(server.url, decode_responses=True,
-                                              socket_timeout=1.0,
+                                              socket_timeout=socket_timeout_s,
                                               connection_class=_CountingReads)
         idle = IdleWait(client)
         try:
-            waiting = asyncio.create_task(idle.claim_when_ready(QS.keys.ready, _claim(), 0.5))
+            waiting = asyncio.create_task(idle.claim_when_ready(QS.keys.ready, _claim(), wait_s))
             await eventually(lambda: sync.info("clients")["blocked_clients"] >= 1,
                              message="the wait blocking in Redis")
             assert server.process is not None
             server.process.send_signal(signal.SIGSTOP)
-            try:  # the wait's reply is due 1.5 s after its read began, the claim's 1 s later
-                await asyncio.sleep(2.0)
+            # The wait's reply is due wait_s + socket_timeout_s after its read began, the
+            # claim's a socket timeout later: Redis stays stalled until half-way between.
+            try:
+                await asyncio.sleep(wait_s + 1.5 * socket_timeout_s)
             finally:
                 server.process.send_signal(signal.SIGCONT)
             with pytest.raises(errors.RedisUnavailable):
                 await waiting
             ids = _enqueue(server.url, 1)
-            result = await idle.claim_when_ready(QS.keys.ready, _claim(), 0.5)
+            result = await idle.claim_when_ready(QS.keys.ready, _claim(), wait_s)
             assert [job.id for job in result.jobs] == ids
         finally:
             await idle.close()
@@ -243,13 +248,17 @@ async def test_a_reply_read_as_its_deadline_passed_leaves_the_next_read_its_own_
     # arrived: the timer and the reply come in the same turn, the timer closes the transport
     # and the read still gets its reply. A later read that is cancelled (the worker's stop
     # cancelling the ack loop) must end cancelled, not as a timeout that a retry swallows.
-    async with driven(connection.connect_async(redis_url, socket_timeout=0.2)) as direct:
+    socket_timeout_s = 0.2
+    async with driven(connection.connect_async(redis_url, socket_timeout=socket_timeout_s)) as direct:
         await direct.send([("BLPOP", "pushed-while-held", 5)])
+        sock = (await direct.connection())._writer.transport.get_extra_info("socket")
         reading = asyncio.create_task(direct.read())
-        await asyncio.sleep(0)  # the read waits for the reply, its deadline 0.2 s away
-        time.sleep(0.3)  # the loop held past it, and the reply sent meanwhile
+        # One turn: the read's first step arms its deadline (a socket timeout away), then waits.
+        await asyncio.sleep(0)
+        time.sleep(socket_timeout_s + 0.1)  # the loop held past the deadline...
         redis_client.rpush("pushed-while-held", "x")
-        time.sleep(0.1)
+        wait_until(lambda: select.select([sock], [], [], 0)[0], timeout_s=5, interval_s=0.001,
+                   message="the reply at the socket, the loop still held")  # ...as it arrives
         assert await reading == ["pushed-while-held", "x"]
         await _read_cancelled(direct, timeout_s=5)
         ids = _enqueue(redis_url, 1)  # and the calls after it get their own replies
@@ -262,9 +271,10 @@ def test_a_read_in_a_later_event_loop_keeps_its_deadline(redis_url: str,
     # loop; the same connection used under a second asyncio.run must still time out.
     client = connection.connect_async(redis_url, socket_timeout=1.0)
     direct = DirectConnection(client)
+    first_deadline_s = 0.3
 
     async def read_later() -> float:
-        await asyncio.sleep(0.5)  # past the first loop's deadline
+        await asyncio.sleep(first_deadline_s + 0.2)  # past the first loop's deadline
         try:
             await direct.send([("BLPOP", "never-pushed", 3)])
             started = time.monotonic()
@@ -275,5 +285,5 @@ def test_a_read_in_a_later_event_loop_keeps_its_deadline(redis_url: str,
             await direct.release()
             await client.aclose()
 
-    asyncio.run(_read_cancelled(direct, timeout_s=0.3))
+    asyncio.run(_read_cancelled(direct, timeout_s=first_deadline_s))
     assert asyncio.run(read_later()) < 2.5
