@@ -100,7 +100,7 @@ async def test_no_tab_no_traffic(dashboard: Dashboard, redis_client: Any) -> Non
     monitor._task.cancel()  # wake it from its long sleep
     await asyncio.gather(monitor._task, return_exceptions=True)
     before = commands(redis_client)
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(10 * monitor.interval_s)  # ten of the loop's intervals: not one read
     assert commands(redis_client) - before == 0
 
 
