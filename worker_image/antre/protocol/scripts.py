@@ -181,11 +181,17 @@ _ERROR_TYPES: dict[str, type[errors.AntreError]] = {
 }
 
 
+#: A replica's refusal of a write inside a script as Redis 6.2 reports it, wrapped in the
+#: script's error ("Error running script ... @user_script:307: -READONLY You can't write ...");
+#: Redis 7 answers READONLY itself, which redis-py raises as ReadOnlyError.
+_WRAPPED_READONLY: Final = re.compile(r"@user_script:? ?\d+: -READONLY ")
+
+
 def translate_error(exc: redis.ResponseError) -> Exception:
     """Our exception for a script's error reply (a typed one for the ``ANTRE_*`` codes)."""
     message = str(exc)
     if isinstance(exc, redis.exceptions.OutOfMemoryError | redis.exceptions.ReadOnlyError) or (
-            "used memory > 'maxmemory'" in message):
+            "used memory > 'maxmemory'" in message) or _WRAPPED_READONLY.search(message):
         return errors.RedisRefused(f"Redis refused the command: {message}")
     code = message.split(" ", 1)[0]
     error_type = _ERROR_TYPES.get(code)
