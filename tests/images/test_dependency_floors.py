@@ -18,7 +18,6 @@ Needs PyPI, as test_install.py does; pip's cache makes a second run quick.
 from __future__ import annotations
 
 import json
-import subprocess
 import tomllib
 import urllib.request
 from pathlib import Path
@@ -27,10 +26,10 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-from redis_servers import free_port, wait_until
+from redis_servers import wait_until
 
 from .dockerfiles import build_context
-from .virtualenvs import TIMEOUT_S, new_venv, pip, pip_env, run
+from .virtualenvs import TIMEOUT_S, new_venv, pip, run, serving_api, user_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
@@ -84,11 +83,6 @@ def floor_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "venv"
 
 
-def user_env() -> dict[str, str]:
-    """No PYTHONPATH (the source tree must not stand in for the install) and no ANTRE_*."""
-    return {k: v for k, v in pip_env().items() if not k.startswith("ANTRE_")}
-
-
 def test_the_floors_are_what_got_installed(floor_venv: Path) -> None:
     python = floor_venv / "bin" / "python"
     installed = {canonicalize_name(name): Version(version) for name, version in (
@@ -115,26 +109,18 @@ def test_a_worker_works_the_demo_off(floor_venv: Path, redis_url: str, tmp_path:
 
 def test_the_api_serves_stats_metrics_and_the_dashboard(floor_venv: Path, redis_url: str,
                                                         tmp_path: Path) -> None:
-    port = free_port()
-    process = subprocess.Popen(
-        [floor_venv / "bin" / "antre", "api", "--no-auth", "--dashboard", "--port", str(port),
-         "--redis-url", redis_url, "--queue", "floors"], cwd=tmp_path, env=user_env(),
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
+    with serving_api(floor_venv, redis_url, "floors", tmp_path) as (base, process):
 
-    def get(path: str) -> str:
-        with urllib.request.urlopen(base + path, timeout=5) as response:
-            assert response.status == 200, path
-            return str(response.read().decode())
+        def get(path: str) -> str:
+            with urllib.request.urlopen(base + path, timeout=5) as response:
+                assert response.status == 200, path
+                return str(response.read().decode())
 
-    try:
         wait_until(lambda: get("/healthz"), timeout_s=30, message="antre api on the floors")
         assert json.loads(get("/v1/queues/floors/stats"))["queue"] == "floors"
         assert "antre_api_requests_total" in get("/metrics")
         page = get("/ui/")
         assert "<h1>Queues</h1>" in page and 'data-queue="floors"' in page
-    finally:
-        process.terminate()
-        _, stderr = process.communicate(timeout=TIMEOUT_S)
+    _, stderr = process.communicate(timeout=TIMEOUT_S)
     assert "Traceback" not in stderr, stderr
 

@@ -11,7 +11,6 @@ installed; its `antre api --dashboard` serves the pages and static files from th
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tarfile
@@ -20,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from .virtualenvs import serving_api, user_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIRS = {"worker_image/": "antre/", "operator/": "antre_operator/"}
@@ -70,12 +71,6 @@ def clean_venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     yield root
 
 
-def user_env() -> dict[str, str]:
-    """A user's shell: no PYTHONPATH from the test run, no Redis URL."""
-    return {k: v for k, v in os.environ.items()
-            if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"} and not k.startswith("ANTRE_")}
-
-
 def test_wheel_and_sdist_hold_every_package_file(dist: Path) -> None:
     (wheel,) = dist.glob("antre-*.whl")
     (sdist,) = dist.glob("antre-*.tar.gz")
@@ -115,22 +110,13 @@ def test_clean_venv_imports_antre_from_its_own_files(clean_venv: Path, tmp_path:
 def test_clean_venv_serves_the_dashboard_from_the_wheel(clean_venv: Path, tmp_path: Path,
                                                         redis_url: str) -> None:
     import requests
-    from redis_servers import free_port, wait_until
+    from redis_servers import wait_until
 
-    port = free_port()
-    process = subprocess.Popen(
-        [clean_venv / "bin" / "antre", "api", "--no-auth", "--dashboard", "--port", str(port),
-         "--redis-url", redis_url, "--queue", "wheel"], cwd=tmp_path, env=user_env(),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        base = f"http://127.0.0.1:{port}/ui"
-        page = wait_until(lambda: requests.get(base + "/", timeout=2), timeout_s=30,
+    with serving_api(clean_venv, redis_url, "wheel", tmp_path) as (base, process):
+        page = wait_until(lambda: requests.get(base + "/ui/", timeout=2), timeout_s=30,
                           message="the dashboard from the wheel")
         assert page.status_code == 200 and "<h1>Queues</h1>" in page.text
         assert 'data-queue="wheel"' in page.text
         script = page.text.split('<script src="', 1)[1].split('"', 1)[0]
-        assert requests.get(f"http://127.0.0.1:{port}{script}", timeout=5).text.startswith(
-            "// antre dashboard")
-    finally:
-        process.terminate()
-        process.wait(10)
+        assert requests.get(base + script, timeout=5).text.startswith("// antre dashboard")
+    process.communicate(timeout=10)
