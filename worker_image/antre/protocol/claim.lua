@@ -108,7 +108,7 @@ end
 local deadline = now + lease_ms
 local result = {}
 local leased = {}
-local dups = {}
+local dups, duplicates = {}, 0  -- 5 values per duplicate (the reply's), and how many
 local deferred = 0
 
 local function refuse(job_key, id, events, attempt, reason)
@@ -249,6 +249,7 @@ for i, id in ipairs(ids) do
       dups[#dups + 1] = idem
       dups[#dups + 1] = f[3]
       dups[#dups + 1] = resource or ''
+      duplicates = duplicates + 1
     else
       -- Contention is not failure: wait without spending an attempt, but not forever.
       local waits = (tonumber(f[12]) or 0) + 1
@@ -278,7 +279,7 @@ end
 -- In chunks: an error here (Lua's unpack limit) would strand every job of the batch.
 call_in_chunks('ZADD', processing_key, leased)
 call_in_chunks('HDEL', queued_key, taken_ids)
-if #dups > 0 then redis.call('HINCRBY', stats_key, 'duplicate', #dups / 5) end
+if duplicates > 0 then redis.call('HINCRBY', stats_key, 'duplicate', duplicates) end
 if deferred > 0 then redis.call('HINCRBY', stats_key, 'lock_deferred', deferred) end
 -- When the next scheduled job is due, so that a worker that got fewer jobs than it asked for
 -- (the ready list ran out, or what it popped was deferred or settled) waits for that instead of
@@ -296,7 +297,7 @@ if claim_key and claim_id and #result > 0 then
   end
   redis.call('SET', claim_key, table.concat(record, '|'), 'PX', lease_ms)
 end
-local reply = {1, #dups / 5, next_due, now}
+local reply = {1, duplicates, next_due, now}
 for _, value in ipairs(dups) do reply[#reply + 1] = value end
 for _, value in ipairs(result) do reply[#reply + 1] = value end
 return reply
