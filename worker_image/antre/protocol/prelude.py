@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 
 _DEFINITION = re.compile(r"local (?:function (\w+)|(\w+(?:\s*,\s*\w+)*)\s*=)")
 _WORD = re.compile(r"[A-Za-z_]\w*")
@@ -62,14 +63,24 @@ def used_words(text: str) -> set[str]:
 
 def needed_by(prelude: str, body: str) -> str:
     """The definitions of ``prelude`` that ``body`` uses, directly or through one another."""
+    found, index, uses = _parsed(prelude)
+    needed: set[int] = set()
+    pending = [i for i in map(index.get, used_words(body)) if i is not None]
+    while pending:
+        i = pending.pop()
+        if i not in needed:
+            needed.add(i)
+            pending.extend(uses[i])
+    return "\n".join(found[i].text for i in sorted(needed))
+
+
+@cache
+def _parsed(prelude: str) -> tuple[list[Definition], dict[str, int], list[tuple[int, ...]]]:
+    """The definitions, where each name is defined, and the definitions each one names: worked
+    out once per process, since every script a process loads needs them (about 1 ms a script
+    otherwise, at a worker's start)."""
     found = definitions(prelude)
     index = {name: i for i, definition in enumerate(found) for name in definition.names}
-    needed: set[int] = set()
-    pending = [body]
-    while pending:
-        for word in used_words(pending.pop()):
-            i = index.get(word)
-            if i is not None and i not in needed:
-                needed.add(i)
-                pending.append(found[i].text)
-    return "\n".join(found[i].text for i in sorted(needed))
+    uses = [tuple(index[word] for word in used_words(definition.text) if word in index)
+            for definition in found]
+    return found, index, uses
