@@ -12,7 +12,8 @@ import pytest
 import redis
 import redis.asyncio
 from antre import errors
-from antre.client import AsyncQueue, Queue, _oldest_batches
+from antre.client import AsyncQueue, Queue, _PurgeOfTheOldest
+from antre.protocol.purge import OldestPurged
 from antre.settings import QueueSettings
 from redis_servers import child_env
 
@@ -186,9 +187,24 @@ def test_an_empty_name_or_prefix_is_refused_not_replaced(redis_client: redis.Red
 
 
 def test_a_purge_of_the_oldest_goes_in_calls_of_200_up_to_the_limit() -> None:
-    """A purge keeps to its limit only (a job purged is gone, so none is purged twice); the
+    """Each call asks for what is left of the limit, at most 200, and passes on the cutoff the
+    first call answered; a call that purged fewer than it asked for ends the purge. The
     replay of the oldest, which must not replay a job twice, is in test_oldest_dead_jobs.py."""
-    assert list(_oldest_batches(450)) == [200, 200, 50]
-    assert list(_oldest_batches(1)) == [1]
+
+    def calls(limit: int, found: int) -> list[tuple[int, str]]:
+        purge, sent, left = _PurgeOfTheOldest(QS, limit), [], found
+        while (op := purge.next_op()) is not None:
+            asked, cutoff = op.args[2], op.args[3]
+            assert isinstance(asked, int) and isinstance(cutoff, str)
+            sent.append((asked, cutoff))
+            purge.took(OldestPurged(purged=min(asked, left), cutoff="1700000000000000"))
+            left -= min(asked, left)
+        assert purge.done == min(limit, found)
+        return sent
+
+    later = "1700000000000000"
+    assert calls(450, found=1000) == [(200, ""), (200, later), (50, later)]
+    assert calls(1000, found=250) == [(200, ""), (200, later)]
+    assert calls(1, found=5) == [(1, "")]
     with pytest.raises(errors.InvalidArgument, match=r"^limit: got 0"):
-        _oldest_batches(0)
+        _PurgeOfTheOldest(QS, 0)

@@ -7,7 +7,7 @@ from antre import errors
 from antre.client import Queue
 from antre.protocol import scripts
 from antre.protocol.cancel import cancel_op
-from antre.protocol.purge import purge_op
+from antre.protocol.purge import purge_oldest_op, purge_op
 from antre.protocol.replay import replay_oldest_op, replay_op
 from antre.settings import QueueSettings
 from invariants import assert_invariants
@@ -82,6 +82,31 @@ def test_purge_deletes_records_and_own_idempotency_keys(redis_client, qs):
     assert dump(redis_client, qs)["dead"] == []
 
 
+def test_a_purge_of_the_oldest_takes_only_letters_up_to_its_cutoff(redis_client, qs):
+    """As a replay's: its first call answers the newest score as the cutoff, and the later
+    calls pass it on, so a job that died after the purge began is left for the operator to see.
+    A letter whose record is gone is taken and counted as purged."""
+    seed_dead(redis_client, qs)
+    redis_client.delete(qs.keys.job("d1"))  # evicted, or deleted by hand
+    first = run_fresh(redis_client, purge_oldest_op(qs, limit=1))
+    assert first.purged == 1
+    assert float(first.cutoff) == redis_client.zscore(qs.keys.dead, "d3")  # the newest
+    seed_job(redis_client, qs, "d4", status="dead", attempt=1, lease=1)  # died meanwhile
+    later = scripts.run(redis_client, purge_oldest_op(qs, limit=100, cutoff=first.cutoff))
+    assert (later.purged, later.cutoff) == (2, first.cutoff)
+    state = dump(redis_client, qs)
+    assert state["dead"] == ["d4"] and set(state["jobs"]) == {"d4"}
+    # d1's key is left: only its record named it (a marker whose job is gone protects nothing).
+    assert state["idem"] == {"k-d1": "d1"} and state["stats"] == {"purged": 3}
+    assert_invariants(redis_client, qs)
+    last = scripts.run(redis_client, purge_oldest_op(qs, limit=100, cutoff=first.cutoff))
+    assert last.purged == 0
+    assert dump(redis_client, qs) == state
+    redis_client.delete(qs.keys.dead)
+    empty = scripts.run(redis_client, purge_oldest_op(qs, limit=100))
+    assert (empty.purged, empty.cutoff) == (0, "")
+
+
 @pytest.mark.parametrize("status", ["queued", "scheduled", "retrying", "dead"])
 def test_cancel_withdraws_a_waiting_job(redis_client, qs, status):
     seed_job(redis_client, qs, "a", status=status, attempt=1 if status != "queued" else 0, lease=1,
@@ -149,3 +174,9 @@ def test_more_ids_than_one_call_takes_are_refused_by_the_script_and_split_by_the
         replay_op(qs, ids)
     assert sorted(Queue(redis_client, settings=qs).replay(ids)) == ["d1", "d3"]
     assert dump(redis_client, qs)["dead"] == ["d2"]
+    # Purge's ids start an argument later (after its cutoff): 1,000 are taken, not 1,001.
+    [op] = [purge_op(qs, ["d2", *ids[1:1000]])]
+    assert scripts.run(redis_client, op) == 1
+    too_many = scripts.Op(op.script, op.keys, [*op.args, "one-more"], op.parse)
+    with pytest.raises(errors.InvalidArgument, match="ids: got 1001; at most 1000 per call"):
+        scripts.run(redis_client, too_many)

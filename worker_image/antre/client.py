@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from antre import connection, errors, keys, queue_registry, redis_checks, tracing
 from antre.enqueue_batcher import EnqueueBatcher
@@ -21,7 +21,7 @@ from antre.protocol import scripts
 from antre.protocol.cancel import cancel_op
 from antre.protocol.depth import Depth, depth_op
 from antre.protocol.enqueue import EnqueueCalls, NewJob, encode
-from antre.protocol.purge import purge_op
+from antre.protocol.purge import OldestPurged, purge_oldest_op, purge_op
 from antre.protocol.read_records import records_op
 from antre.protocol.reap import ReapResult, reap_op
 from antre.protocol.replay import OldestReplayed, replay_oldest_op, replay_op
@@ -99,48 +99,81 @@ def _checked_ids(job_ids: Sequence[str], limit: int,
     return _chunks(job_ids, per_call)
 
 
-def _oldest_batches(limit: int) -> Iterator[int]:
-    """How many of the oldest dead jobs each call of a purge without ids takes: the ``limit``
-    in calls of at most 200 (the caller stops at a call that finds fewer; a letter whose
-    record is gone counts as purged, so only the end of the list makes one). Lazy: the limit
-    may be far larger than the dead-letter list (``purge(limit=10**12)``), and only the calls
-    made count. The limit is checked at the call, before anything is sent."""
-    scripts.check_limit("limit", limit)
-    return (min(_IDS_PER_CALL, limit - start) for start in range(0, limit, _IDS_PER_CALL))
+_Call = TypeVar("_Call")
 
 
-class _ReplayOfTheOldest:
-    """The script calls of a replay of the ``limit`` oldest dead jobs, shared by both clients:
-    ``while (op := replay.next_op()) is not None: replay.took(run(op))``.
+class _OfTheOldest(Generic[_Call]):
+    """What a replay and a purge of the ``limit`` oldest dead jobs share: the sizes of their
+    script calls and the cutoff those pass on.
 
-    Calls of 100 go on until ``limit`` jobs are replayed or a call takes fewer letters than it
-    asked for. A letter whose record is gone (evicted, deleted by hand) is dropped and does not
-    count, nor end the replay. Only letters that were dead when the replay began are taken:
-    the first call answers the newest score in the list and every later call takes only
-    letters scored at or below it, so a job replayed by one call that dies again before a
-    later one (scored later, see dead_letter in _prelude.lua) is not replayed twice, whatever
-    other clients replay or purge meanwhile. The limit is checked here, before anything is
-    sent."""
+    Calls of at most ``_per_call`` go on until ``limit`` jobs are done or a call takes fewer
+    letters than it asked for. Only letters that were dead when the first call ran are taken:
+    it answers the newest score in the list, and every later call takes only letters scored at
+    or below it, so a job that dies meanwhile (scored later, see dead_letter in _prelude.lua),
+    for the first time or again after a replay, is left for the next replay or purge, whatever
+    other clients do. Lazy: the limit may be far larger than the dead-letter list
+    (``purge(limit=10**12)``), and only the calls made count. The limit is checked here,
+    before anything is sent."""
+
+    _per_call: int
 
     def __init__(self, settings: QueueSettings, limit: int) -> None:
         scripts.check_limit("limit", limit)
         self.settings = settings
         self.limit = limit
-        self.replayed: list[str] = []
+        self.done = 0
         self._cutoff = ""
         self._asked = 0
         self._ended = False
 
-    def next_op(self) -> scripts.Op[OldestReplayed] | None:
-        if self._ended or len(self.replayed) >= self.limit:
+    def next_op(self) -> scripts.Op[_Call] | None:
+        """The next script call; None once the replay or purge is over."""
+        if self._ended or self.done >= self.limit:
             return None
-        self._asked = min(_REPLAYS_PER_CALL, self.limit - len(self.replayed))
-        return replay_oldest_op(self.settings, limit=self._asked, cutoff=self._cutoff)
+        self._asked = min(self._per_call, self.limit - self.done)
+        return self._op(self._asked, self._cutoff)
+
+    def _op(self, limit: int, cutoff: str) -> scripts.Op[_Call]:
+        raise NotImplementedError
+
+    def _took(self, *, taken: int, cutoff: str, done: int) -> None:
+        self.done += done
+        self._cutoff = cutoff
+        self._ended = taken < self._asked
+
+
+class _ReplayOfTheOldest(_OfTheOldest[OldestReplayed]):
+    """The script calls of a replay of the oldest dead jobs, shared by both clients:
+    ``while (op := replay.next_op()) is not None: replay.took(run(op))``. Calls of 100; a
+    letter whose record is gone (evicted, deleted by hand) is dropped and does not count, nor
+    end the replay. A job it replayed that dies again is not replayed twice."""
+
+    _per_call = _REPLAYS_PER_CALL
+
+    def __init__(self, settings: QueueSettings, limit: int) -> None:
+        super().__init__(settings, limit)
+        self.replayed: list[str] = []
+
+    def _op(self, limit: int, cutoff: str) -> scripts.Op[OldestReplayed]:
+        return replay_oldest_op(self.settings, limit=limit, cutoff=cutoff)
 
     def took(self, call: OldestReplayed) -> None:
         self.replayed.extend(call.replayed)
-        self._cutoff = call.cutoff
-        self._ended = call.taken < self._asked
+        self._took(taken=call.taken, cutoff=call.cutoff, done=len(call.replayed))
+
+
+class _PurgeOfTheOldest(_OfTheOldest[OldestPurged]):
+    """The script calls of a purge of the oldest dead jobs, shared by both clients, as
+    :class:`_ReplayOfTheOldest`'s. Calls of 200; a letter whose record is gone counts as
+    purged. A job that dies while the purge runs is not deleted unseen."""
+
+    _per_call = _IDS_PER_CALL
+
+    def _op(self, limit: int, cutoff: str) -> scripts.Op[OldestPurged]:
+        return purge_oldest_op(self.settings, limit=limit, cutoff=cutoff)
+
+    def took(self, call: OldestPurged) -> None:
+        self._took(taken=call.purged, cutoff=call.cutoff, done=call.purged)
 
 
 #: The last index ZREVRANGE takes (a signed 64-bit integer); beyond it Redis refuses the call.
@@ -340,17 +373,15 @@ class Queue(_QueueBase):
         return replay.replayed
 
     def purge(self, job_ids: Sequence[str] = (), *, limit: int = 1000) -> int:
-        """Deletes dead jobs for good (given ids, or the ``limit`` oldest); returns how many."""
+        """Deletes dead jobs for good (given ids, or up to ``limit`` of the oldest, among those
+        dead when it starts); returns how many. Ids go 200 per script call."""
         if job_ids:
             return sum(self._run(purge_op(self.settings, chunk, limit=len(chunk)))
                        for chunk in _checked_ids(job_ids, limit))
-        purged = 0
-        for size in _oldest_batches(limit):
-            count: int = self._run(purge_op(self.settings, limit=size))
-            purged += count
-            if count < size:
-                break
-        return purged
+        purge = _PurgeOfTheOldest(self.settings, limit)
+        while (op := purge.next_op()) is not None:
+            purge.took(self._run(op))
+        return purge.done
 
     def cancel(self, job_id: str) -> str:
         """Withdraws a job that is not running; returns the status it had."""
@@ -491,13 +522,10 @@ class AsyncQueue(_QueueBase):
         if job_ids:
             return sum([await self._run(purge_op(self.settings, chunk, limit=len(chunk)))
                         for chunk in _checked_ids(job_ids, limit)])
-        purged = 0
-        for size in _oldest_batches(limit):
-            count: int = await self._run(purge_op(self.settings, limit=size))
-            purged += count
-            if count < size:
-                break
-        return purged
+        purge = _PurgeOfTheOldest(self.settings, limit)
+        while (op := purge.next_op()) is not None:
+            purge.took(await self._run(op))
+        return purge.done
 
     async def cancel(self, job_id: str) -> str:
         scripts.check_job_ids("job_id", [job_id])

@@ -612,25 +612,28 @@ local function drop_idempotency_key(idem_prefix, idem, id)
   end
 end
 
--- The dead ids a replay or purge works on: the ids given from ARGV[first] on (each removed
--- from the dead letters, unknown ones skipped), or else the `limit` oldest, and with a
--- `cutoff` (a score) only those scored at or below it. Every id returned is off the list.
+-- The dead ids a replay or purge works on, and the cutoff it used: the ids given from
+-- ARGV[first] on (each removed from the dead letters, unknown ones skipped; cutoff ''), or
+-- else up to `limit` of the oldest letters scored at or below `cutoff`. '' there, the first
+-- call of a replay or purge of the oldest, takes the newest score in the list now ('' when
+-- it is empty), which the caller answers for the later calls to pass on: a job that dies after
+-- that call is scored above every score the list held (dead_letter; while the Redis clock does
+-- not go back), so no later call takes it. Every id returned is off the list.
 local function take_dead(dead_key, first, limit, cutoff)
   local ids = {}
-  if #ARGV < first and cutoff then
-    ids = redis.call('ZRANGEBYSCORE', dead_key, '-inf', cutoff, 'LIMIT', 0, limit)
-    zrem_all(dead_key, ids)
-    return ids
+  if #ARGV >= first then
+    for i = first, #ARGV do
+      if redis.call('ZREM', dead_key, ARGV[i]) == 1 then ids[#ids + 1] = ARGV[i] end
+    end
+    return ids, ''
   end
-  if #ARGV < first then
-    local popped = redis.call('ZPOPMIN', dead_key, limit)
-    for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
-    return ids
+  if cutoff == '' then
+    cutoff = redis.call('ZRANGE', dead_key, -1, -1, 'WITHSCORES')[2]
+    if not cutoff then return ids, '' end
   end
-  for i = first, #ARGV do
-    if redis.call('ZREM', dead_key, ARGV[i]) == 1 then ids[#ids + 1] = ARGV[i] end
-  end
-  return ids
+  ids = redis.call('ZRANGEBYSCORE', dead_key, '-inf', cutoff, 'LIMIT', 0, limit)
+  zrem_all(dead_key, ids)
+  return ids, cutoff
 end
 
 local function too_many_ids(first)

@@ -15,22 +15,11 @@
 -- whose record is gone or not dead is dropped, not replayed.
 -- Errors: ANTRE_INVALID (more than 1000 ids).
 local ready_key, dead_key, stats_key = KEYS[1], KEYS[2], KEYS[3]
-local job_prefix, limit, cutoff = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local job_prefix, limit = ARGV[1], tonumber(ARGV[2])
 local refused = too_many_ids(4)
 if refused then return refused end
 local now = now_ms()
-local ids = {}
-if #ARGV >= 4 then
-  ids, cutoff = take_dead(dead_key, 4, limit), ''
-else
-  if cutoff == '' then
-    -- A replay's first call. A job the replay replays can die again only after this call,
-    -- and is then scored above every score the list holds now (dead_letter; while the Redis
-    -- clock does not go back), so the later calls, passing this on, never take it again.
-    cutoff = redis.call('ZRANGE', dead_key, -1, -1, 'WITHSCORES')[2] or ''
-  end
-  if cutoff ~= '' then ids = take_dead(dead_key, 4, limit, cutoff) end
-end
+local ids, cutoff = take_dead(dead_key, 4, limit, ARGV[3])
 local replayed = {}
 
 -- What a replay changes in a dead record, as field/value pairs (expired_lease goes too).
