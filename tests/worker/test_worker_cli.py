@@ -1,7 +1,8 @@
 """The ``antre`` command line, in-process (``antre.cli.main``) and as a subprocess: enqueue, stats,
-job history (with the attempt a release refunded), dlq list/replay/purge, one-line errors with a
-non-zero exit, the worker's and the API's own log lines (start, signal, stop) at any level, the
-demo keeping away from ANTRE_REDIS_URL, and help text with defaults on every option."""
+job history (with the attempt a release refunded), dlq list/replay/purge (--all taking only the
+jobs dead when it starts), one-line errors with a non-zero exit, the worker's and the API's own
+log lines (start, signal, stop) at any level, the demo keeping away from ANTRE_REDIS_URL, and
+help text with defaults on every option."""
 
 from __future__ import annotations
 
@@ -109,34 +110,79 @@ def test_dlq_list_replay_purge(redis_client, redis_url, capsys):
     assert_invariants(redis_client, QS)
 
 
+def dead_in_order(queue, count=250):
+    """``count`` jobs dead-lettered through the real scripts; their ids, oldest death first."""
+    for _ in range(2):
+        queue_states.dead_letters(queue, [("boom", count // 2)])
+    return queue.redis.zrange(QS.keys.dead, 0, -1)
+
+
+def meanwhile_once(monkeypatch, meanwhile, *, script=None):
+    """Runs ``meanwhile`` once, right after the first script call of a Queue (of ``script``
+    only, when given), as another client would; the calls it makes itself pass by."""
+    run, pending = Queue._run, [meanwhile]
+
+    def run_then_meanwhile(self, op):
+        reply = run(self, op)
+        if pending and script in (None, op.script.name):
+            pending.pop()()
+        return reply
+
+    monkeypatch.setattr(Queue, "_run", run_then_meanwhile)
+
+
+def die_again(queue):
+    """Claims the job at the head of the queue and fails it for good; returns its id."""
+    [lease] = queue_states.claim(queue, 1)
+    assert queue_states.fail(queue, lease, error="again", retry_delay_ms=None) == "dead"
+    return lease[0]
+
+
 def test_dlq_replay_all_replays_no_job_twice(redis_client, redis_url, capsys, monkeypatch):
     """Before: `dlq replay --all` called the client's replay of the oldest again until the
     count dead at its start was replayed. One whose first script call replayed 100 of 250,
     while another client purged 60 of the oldest and one of the 100 died again, came short of
     that count, and the next replay took that job a second time."""
     queue = Queue(redis_client, settings=QS)
-    for _ in range(2):
-        queue_states.dead_letters(queue, [("boom", 125)])
-    dead = redis_client.zrange(QS.keys.dead, 0, -1)
+    dead = dead_in_order(queue)
     died_again = []
-    run = Queue._run
 
-    def run_then_interfere(self, op):
-        reply = run(self, op)
-        if op.script.name == "replay" and not died_again:
-            died_again.append(None)
-            assert queue.purge(redis_client.zrange(QS.keys.dead, 0, 59)) == 60
-            [lease] = queue_states.claim(queue, 1)
-            assert queue_states.fail(queue, lease, error="again", retry_delay_ms=None) == "dead"
-            died_again[0] = lease[0]
-        return reply
+    def meanwhile():
+        assert queue.purge(redis_client.zrange(QS.keys.dead, 0, 59)) == 60
+        died_again.append(die_again(queue))
 
-    monkeypatch.setattr(Queue, "_run", run_then_interfere)
+    meanwhile_once(monkeypatch, meanwhile, script="replay")
     assert cli(redis_url, "dlq", "replay", "--all") == 0
     assert capsys.readouterr().out.strip() == "replayed 190 job(s)"
     [again] = died_again
     assert again in dead[:100] and redis_client.zrange(QS.keys.dead, 0, -1) == [again]
     assert queue.stats().counters["replayed"] == 190
+
+
+def test_dlq_purge_all_purges_no_job_that_died_after_it_began(redis_client, redis_url, capsys,
+                                                              monkeypatch):
+    """Before: `dlq purge --all` read the count dead at its start (250), then purged the oldest
+    up to that count. Right after its first script call, a job died for the first time, and
+    another client replayed the 30 newest dead jobs, one of which died again: the purge, 28
+    short of its count at the end of the list, had taken those two as well (222 purged),
+    deleting jobs never seen dead. Now it takes only the jobs dead at its first call."""
+    queue = Queue(redis_client, settings=QS)
+    dead = dead_in_order(queue)
+    died = []
+
+    def meanwhile():
+        [fresh] = queue_states.dead_letters(queue, [("first death", 1)])
+        assert sorted(queue.replay(dead[-30:])) == sorted(dead[-30:])
+        died.extend([fresh, die_again(queue)])
+
+    meanwhile_once(monkeypatch, meanwhile)
+    assert cli(redis_url, "dlq", "purge", "--all") == 0
+    assert capsys.readouterr().out.strip() == "purged 220 job(s)"
+    fresh, again = died
+    assert again in dead[-30:]
+    assert redis_client.zrange(QS.keys.dead, 0, -1) == [fresh, again]
+    assert queue.get(fresh).status == queue.get(again).status == "dead"
+    assert queue.stats().counters["purged"] == 220
 
 
 @pytest.mark.parametrize(("args", "code", "message"), [

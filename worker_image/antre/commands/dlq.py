@@ -18,7 +18,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="list the newest dead jobs, or replay or purge some")
     parser.add_argument("job_ids", nargs="*", help="ids to replay or purge")
     parser.add_argument("--all", action="store_true",
-                        help="replay or purge every dead job (needed when no ids are given)")
+                        help="replay or purge every job dead when the command starts (needed "
+                             "when no ids are given); jobs that die meanwhile are left dead")
     parser.add_argument("--limit", type=int, default=100,
                         help="jobs listed (default %(default)s)")
     json_flag(parser)
@@ -64,15 +65,21 @@ def _dead_among(queue: Queue, ids: list[str]) -> set[str]:
     return {job_id for job_id, status in zip(ids, statuses, strict=True) if status == "dead"}
 
 
+#: The limit of a replay or purge of every dead job: what bounds it is the cutoff the client's
+#: first script call takes (the jobs dead then), not a count.
+_EVERY: Final = 2**63 - 1
+
+
 def _all(queue: Queue, action: str) -> int:
-    """Replays or purges at most as many as are dead at the start, in one call of the client,
-    which goes in script calls that each hold Redis briefly. One replay, not several: a replay
-    takes only jobs that were dead when it began, so a job it replayed that dies again
-    meanwhile is not replayed a second time, which a second replay would do."""
-    dead = queue.stats().dead
-    if not dead:
-        return 0
-    return len(queue.replay(limit=dead)) if action == "replay" else queue.purge(limit=dead)
+    """Replays or purges the jobs dead when it starts, in one call of the client, which goes in
+    script calls that each hold Redis briefly and take only letters at or below the first
+    call's cutoff. A job that dies meanwhile, for the first time or again after a replay, is
+    left dead: not replayed twice, not deleted unseen. One call, not several (each would take
+    a cutoff of its own), and no count read first: a count read before the first call let the
+    purge take a job that died between the two in place of one another client took."""
+    if action == "replay":
+        return len(queue.replay(limit=_EVERY))
+    return queue.purge(limit=_EVERY)
 
 
 COMMAND: Final = Command("dlq", "dead-letter list, replay, purge", configure, run)
