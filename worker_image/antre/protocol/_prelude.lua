@@ -671,6 +671,38 @@ local function lease_held(f, id, lease, worker, deadline, now, lock_prefix)
   return true, nil
 end
 
+-- A settle call of a run (fail, release) sent again after its reply was lost finds the job
+-- settled by its first sending: it is answered from the record, so its worker learns what the
+-- first sending did (and that it keeps the resource lock, when it did). Returns the event, time
+-- (ms) and error of the history entry that settled the run under `lease` on `worker`, or nil
+-- when the record is no longer at that lease and worker, or the run is still processing. That
+-- entry is the newest one, or the newest before the `deferred` entries of claims that found the
+-- resource still locked (they leave lease and worker as they are), and written in the run's own
+-- name (SAME_WORKER), as fail and release write theirs; the caller tells its own call from its
+-- event, error and lock_kept. `r` is the record as record_table reads it (either form).
+local function run_settled_entry(r, lease, worker)
+  if not r or r.lease ~= lease or r.worker ~= worker or r.status == 'processing' then
+    return nil
+  end
+  local events = tonumber(r.events) or 0
+  for n = events, math.max(events - HISTORY_SLOTS + 1, 1), -1 do
+    local entry = r['h:' .. decimal(n % HISTORY_SLOTS)]
+    if type(entry) ~= 'string' then return nil end
+    local at, first, second = entry_time(entry)
+    if not (at and second) then return nil end
+    local event = string.sub(entry, 1, first - 1)
+    if event ~= 'deferred' then
+      local third = string.find(entry, '|', second + 1, true)
+      local fourth = third and string.find(entry, '|', third + 1, true)
+      if not third or string.sub(entry, third + 1, (fourth or 0) - 1) ~= SAME_WORKER then
+        return nil
+      end
+      return event, at, fourth and string.sub(entry, fourth + 1) or ''
+    end
+  end
+  return nil
+end
+
 -- The lease of a processing job ran out (its worker died, froze, or lost Redis): the attempt
 -- counts. The job goes back to the head of the queue, or to the dead letters when that was its
 -- last attempt (then `expired_lease` remembers the lease, so a late ack of it still counts).
