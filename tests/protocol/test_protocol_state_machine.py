@@ -28,6 +28,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from invariants import assert_invariants, read_record
+from protocol_state import dump
 from registered_workers import register_earlier_worker, register_worker
 
 QS = QueueSettings(name="sm", max_attempts=2)
@@ -170,8 +171,12 @@ def build_machine(r):
             with pytest.raises(errors.LeaseLost):
                 scripts.run(r, fail_op(QS, (job_id, model.lease - 1), error="stale", retry_delay_ms=0,
                                        worker_id="w"))
-            result = scripts.run(r, fail_op(QS, (job_id, model.lease), error="boom",
-                                            retry_delay_ms=delay, worker_id="w"))
+            op = fail_op(QS, (job_id, model.lease), error="boom", retry_delay_ms=delay,
+                         worker_id="w")
+            result = scripts.run(r, op)
+            # Sent again (its reply lost): the same answer, nothing changed.
+            after = dump(r, QS)
+            assert scripts.run(r, op) == result and dump(r, QS) == after
             dead = delay is None or model.attempt >= QS.max_attempts
             assert result.outcome == ("dead" if dead else "retrying")
             model.status, model.due = ("dead", False) if dead else ("retrying", delay == 0)
@@ -181,8 +186,10 @@ def build_machine(r):
         def release(self, data):
             job_id = data.draw(st.sampled_from(self.ids("processing")))
             model = self.jobs[job_id]
-            released = scripts.run(r, release_op(QS, [(job_id, model.lease)], worker_id="w",
-                                                 reason="stop"))
+            op = release_op(QS, [(job_id, model.lease)], worker_id="w", reason="stop")
+            released = scripts.run(r, op)
+            after = dump(r, QS)
+            assert scripts.run(r, op) == released and dump(r, QS) == after
             model.releases += 1
             if model.releases <= FREE_RELEASES:
                 model.attempt -= 1  # a free release gives the attempt back

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 from antre import errors
 from antre.protocol import scripts
+from antre.protocol.claim import claim_op
 from antre.protocol.fail import fail_op
+from antre.protocol.unlock import unlock_op
 from invariants import assert_invariants, read_record
-from protocol_state import dump, run_fresh, seed_job, server_ms
+from protocol_state import dump, history, run_fresh, seed_job, server_ms
 
 
 def fail(r, qs, lease, *, delay_ms, error="boom", fresh=False):
@@ -56,13 +58,83 @@ def test_stale_token_raises_lease_lost_and_changes_nothing(redis_client, qs):
     assert_invariants(redis_client, qs)
 
 
-def test_second_fail_with_the_same_token_is_refused(redis_client, qs):
+def test_another_fail_with_the_same_token_is_refused(redis_client, qs):
     seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1)
     fail(redis_client, qs, ("a", 1), delay_ms=1000)
     state = dump(redis_client, qs)
     with pytest.raises(errors.LeaseLost):
-        fail(redis_client, qs, ("a", 1), delay_ms=1000)
+        fail(redis_client, qs, ("a", 1), delay_ms=1000, error="another failure")
     assert dump(redis_client, qs) == state
+
+
+def fail_op_of(qs, lease, *, keep_lock, delay_ms=1000, error="timed out", worker="w1"):
+    return fail_op(qs, lease, error=error, retry_delay_ms=delay_ms, worker_id=worker,
+                   keep_lock=keep_lock)
+
+
+@pytest.mark.parametrize(("attempt", "delay_ms", "keep_lock", "resource"), [
+    pytest.param(1, 1000, True, "acct", id="retrying-lock-kept"),
+    pytest.param(3, 1000, True, "acct", id="dead-packed-lock-kept"),
+    pytest.param(1, 0, False, "acct", id="retrying-lock-freed"),
+    pytest.param(1, None, False, None, id="permanent-no-resource"),
+    pytest.param(2, 1000, True, None, id="kept-without-a-resource"),
+])
+def test_a_fail_sent_again_after_its_reply_was_lost_gets_the_first_reply(
+        redis_client, qs, attempt, delay_ms, keep_lock, resource):
+    """Outages.settle sends a fail again after a connection error: its first sending may have
+    run. Refused (ANTRE_NOT_LEASE_HOLDER), the worker never learnt that it keeps the lock of a
+    thread still running, stopped extending it, and the resource's next job ran beside it."""
+    seed_job(redis_client, qs, "a", status="processing", attempt=attempt, max_attempts=3,
+             lease=attempt, resource_key=resource)
+    op = fail_op_of(qs, ("a", attempt), keep_lock=keep_lock, delay_ms=delay_ms)
+    first = scripts.run(redis_client, op)
+    state = dump(redis_client, qs)
+    assert scripts.run(redis_client, op) == first
+    assert dump(redis_client, qs) == state
+    assert first.outcome == ("dead" if attempt == 3 or delay_ms is None else "retrying")
+    if first.outcome == "dead":
+        assert redis_client.type(qs.keys.job("a")) == "string"  # answered from a packed record
+        assert state["jobs"]["a"].get("lock_kept") == ("3" if resource else None)
+
+
+def test_a_fail_sent_again_is_answered_while_its_retry_waits_for_the_lock_it_kept(
+        redis_client, qs, ws):
+    """The retry fell due before the call was sent again (a long outage on this worker's side
+    only): another worker's claim promoted it and found the resource locked by the kept lock."""
+    seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1, resource_key="acct")
+    op = fail_op_of(qs, ("a", 1), keep_lock=True, delay_ms=0)
+    first = scripts.run(redis_client, op)
+    for _ in range(2):
+        redis_client.zadd(qs.keys.retry, {"a": 0})  # due again at once
+        assert scripts.run(redis_client, claim_op(qs, ws, worker_id="w2", max_jobs=1)).jobs == []
+    assert history(read_record(redis_client, qs, "a"))[-2:] == ["deferred", "deferred"]
+    state = dump(redis_client, qs)
+    assert scripts.run(redis_client, op) == first
+    assert dump(redis_client, qs) == state
+
+
+def test_only_the_same_call_of_the_same_run_is_answered_again(redis_client, qs, ws):
+    """Another worker (the lease counter repeated after a failover), another call of the same
+    run (another error, or the lock kept where the call freed it), or the job claimed again
+    since: refused as before, nothing changed."""
+    seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1, resource_key="acct")
+    op = fail_op_of(qs, ("a", 1), keep_lock=True)
+    first = scripts.run(redis_client, op)
+    state = dump(redis_client, qs)
+    for other in (fail_op_of(qs, ("a", 1), keep_lock=True, worker="w2"),
+                  fail_op_of(qs, ("a", 1), keep_lock=True, error="another error"),
+                  fail_op_of(qs, ("a", 1), keep_lock=False)):
+        with pytest.raises(errors.LeaseLost):
+            scripts.run(redis_client, other)
+        assert dump(redis_client, qs) == state
+    assert scripts.run(redis_client, op) == first
+    # The thread returned (its unlock), the retry ran and failed again: a later lease.
+    assert scripts.run(redis_client, unlock_op(qs, ("a", 1), resource_key="acct")) is True
+    redis_client.zadd(qs.keys.retry, {"a": 0})
+    [again] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
+    scripts.run(redis_client, fail_op_of(qs, ("a", again.lease), keep_lock=True))
+    with pytest.raises(errors.LeaseLost):
+        scripts.run(redis_client, op)
 
 
 def test_long_errors_are_truncated(redis_client, qs):

@@ -11,6 +11,7 @@ from antre.protocol.claim import claim_op
 from antre.protocol.fail import fail_op
 from antre.protocol.release import FREE_RELEASES, release_op
 from antre.protocol.replay import replay_op
+from antre.protocol.unlock import unlock_op
 from antre.settings import WorkerSettings
 from invariants import assert_invariants, read_record
 from protocol_state import dump, last_attempt_with_a_waiter, run_fresh, seed_job, server_ms
@@ -36,8 +37,8 @@ def test_release_refunds_attempt_and_puts_job_at_the_head(redis_client, qs, ws):
     assert state["jobs"]["b"]["status"] == "processing"
     assert state["stats"] == {"released": 1}
     assert_invariants(redis_client, qs)
-    # Rerun: the token is stale now, nothing changes.
-    assert release(redis_client, qs, [("a", 2)]) == [None]
+    # The same call again (its reply lost) is answered as the first; nothing changes.
+    assert release(redis_client, qs, [("a", 2), ("b", 4)]) == ["released", None]
     assert dump(redis_client, qs) == state
     # Next claim takes the released job first, with the same attempt number as before.
     claimed = scripts.run(redis_client, claim_op(qs, ws, worker_id="w2", max_jobs=1)).jobs
@@ -228,3 +229,74 @@ def test_records_an_earlier_version_wrote_for_a_hand_back_read_and_are_handed_ba
         ("enqueued", None), ("claimed", None), ("released", HAND_BACK), ("claimed", None),
         ("handed_back", HAND_BACK)]
     assert_invariants(redis_client, qs)
+
+
+def release_of(qs, leases, *, keep=(), unstarted=(), worker="w1", reason="worker shutting down",
+               event="released"):
+    return release_op(qs, leases, worker_id=worker, reason=reason, keep_locks=set(keep),
+                      unstarted=set(unstarted), event=event)
+
+
+@pytest.mark.parametrize(("attempt", "state", "event", "want"), [
+    pytest.param(1, "kept", "released", "released", id="lock-kept"),
+    pytest.param(3, "kept", "released", "dead", id="dead-packed-lock-kept"),
+    pytest.param(1, "freed", "released", "released", id="lock-freed"),
+    pytest.param(3, "freed", "released", "dead", id="dead-packed-lock-freed"),
+    pytest.param(1, "unstarted", "handed_back", "handed_back", id="handed-back"),
+])
+def test_a_release_sent_again_after_its_reply_was_lost_gets_the_first_answer(
+        redis_client, qs, attempt, state, event, want):
+    """Outages.settle sends a release again after a connection error: its first sending may
+    have run. Answered 0, the stopping worker neither kept the lock of a handler still going nor
+    waited for it, and logged the run lost."""
+    # A last attempt past its deadline: the release spends it (out of attempts: dead).
+    seed_job(redis_client, qs, "a", status="processing", attempt=attempt, max_attempts=3,
+             lease=attempt, resource_key="acct",
+             score_ms=server_ms(redis_client) - 10 if attempt == 3 else None)
+    seed_job(redis_client, qs, "b", status="processing", attempt=1, lease=1)
+    op = release_of(qs, [("a", attempt), ("b", 1)], keep={"a", "b"} if state == "kept" else (),
+                    unstarted={"a", "b"} if state == "unstarted" else (), event=event,
+                    reason="prefetched" if event == "handed_back" else "worker shutting down")
+    first = scripts.run(redis_client, op)
+    assert first == [want, event]
+    after = dump(redis_client, qs)
+    assert after["jobs"]["a"].get("lock_kept") == (str(attempt) if state == "kept" else None)
+    assert scripts.run(redis_client, op) == first
+    assert dump(redis_client, qs) == after
+    if want == "dead":
+        assert redis_client.type(qs.keys.job("a")) == "string"  # answered from a packed record
+
+
+def test_a_release_sent_again_is_answered_while_the_job_waits_for_the_lock_it_kept(
+        redis_client, qs, ws):
+    """Another worker claimed the released job before the call was sent again, and found its
+    resource still locked by the lock the release kept."""
+    seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1, resource_key="acct")
+    op = release_of(qs, [("a", 1)], keep={"a"})
+    assert scripts.run(redis_client, op) == ["released"]
+    assert scripts.run(redis_client, claim_op(qs, ws, worker_id="w2", max_jobs=1)).jobs == []
+    state = dump(redis_client, qs)
+    assert state["jobs"]["a"]["history"][-1] == "deferred"
+    assert scripts.run(redis_client, op) == ["released"]
+    assert dump(redis_client, qs) == state
+
+
+def test_only_the_same_release_of_the_same_run_is_answered_again(redis_client, qs, ws):
+    """Another worker (the lease counter repeated after a failover), another release (its
+    reason, event or lock), or the job claimed again since: answered 0 as before."""
+    seed_job(redis_client, qs, "a", status="processing", attempt=1, lease=1, resource_key="acct")
+    op = release_of(qs, [("a", 1)], keep={"a"})
+    assert scripts.run(redis_client, op) == ["released"]
+    state = dump(redis_client, qs)
+    for other in (release_of(qs, [("a", 1)], keep={"a"}, worker="w2"),
+                  release_of(qs, [("a", 1)], keep={"a"}, reason="renewal came late"),
+                  release_of(qs, [("a", 1)], keep={"a"}, event="handed_back"),
+                  release_of(qs, [("a", 1)])):
+        assert scripts.run(redis_client, other) == [None]
+        assert dump(redis_client, qs) == state
+    assert scripts.run(redis_client, op) == ["released"]
+    # The handler ended (its unlock) and the job ran again: a later lease.
+    assert scripts.run(redis_client, unlock_op(qs, ("a", 1), resource_key="acct")) is True
+    [again] = scripts.run(redis_client, claim_op(qs, ws, worker_id="w1", max_jobs=1)).jobs
+    assert again.lease == 2
+    assert scripts.run(redis_client, op) == [None]

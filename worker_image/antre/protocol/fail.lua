@@ -16,10 +16,16 @@
 -- KEYS[6] -> <prefix>:{Q}:queue (List; optional): with it, ARGV[9] is the waiting key prefix
 --            (claim.lua), and a lock this failure frees wakes the job that has waited longest
 --            for the resource (wake_next_waiter), as an ack does
--- Returns: {'retrying', due_ms} or {'dead', died_at_ms}
+-- Returns: {'retrying', due_ms} or {'dead', died_at_ms}. The same call sent again after its
+--          reply was lost (the same job, lease, worker, error and keep_lock) gets the first
+--          sending's reply, the same values, and changes nothing: the record is still at that
+--          lease and worker, and its newest history entry (but for a claim's `deferred`, the
+--          retry waiting for the lock the call kept) is the one the call wrote, `retrying` or
+--          `dead` with that error, with lock_kept naming the lease exactly when the call kept the
+--          lock. Its worker then knows that it keeps the lock (earlier versions refused it).
 -- Errors: ANTRE_NOT_LEASE_HOLDER when the lease is not held: not the current token, the lease
 --         deadline passed (the reaper requeues the job), or the resource lock is no longer the
---         run's own. Nothing changes.
+--         run's own; and not a call sent again as above. Nothing changes.
 local processing_key, retry_key, dead_key, stats_key, job_key = KEYS[1], KEYS[2], KEYS[3],
   KEYS[4], KEYS[5]
 local id, lease, err, delay_ms = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
@@ -32,6 +38,14 @@ local f = read_fields(job_key, 'status', 'lease', 'worker', 'resource_key', 'att
 local held, why = lease_held(f, id, lease, worker, redis.call('ZSCORE', processing_key, id), now,
   lock_prefix)
 if not held then
+  local r = record_table(job_key, id)
+  local event, at, text = run_settled_entry(r, lease, worker)
+  -- A job without a resource has no lock to keep, and its record no lock_kept.
+  local kept = keep_lock and r ~= nil and r.resource_key ~= nil
+  if (event == 'retrying' or event == 'dead') and text == err
+      and kept == (r.lock_kept == lease) then
+    return {event, event == 'retrying' and at + delay_ms or at}
+  end
   return redis.error_reply('ANTRE_NOT_LEASE_HOLDER job ' .. id .. ' lease ' .. lease .. ': ' .. why)
 end
 redis.call('ZREM', processing_key, id)

@@ -28,7 +28,14 @@
 --              the release is not counted, so the attempt is given back however often the job
 --              was released before, unless the lease's deadline has passed)
 -- Returns: one integer per triple: 1 back in the queue, 2 dead-lettered (out of attempts), 0 not
---          the lease holder (nothing changed).
+--          the lease holder (nothing changed). A triple this worker's release of the lease
+--          already settled (the call sent again after its reply was lost) gets that release's
+--          answer, 1 or 2, and changes nothing: the record is still at that lease and worker,
+--          and its newest history entry (but for a claim's `deferred`: the job waiting for the
+--          lock the release kept) is the one a release with this event and reason wrote (the
+--          event, or `dead`), with lock_kept naming the lease exactly when the state is 1 and the
+--          job has a resource. Its worker then knows that it keeps the lock (earlier versions
+--          answered 0).
 -- Errors: ANTRE_INVALID when ARGV[7] is not one of the two events (nothing is written).
 local ready_key, processing_key, stats_key, dead_key, retry_key = KEYS[1], KEYS[2], KEYS[3],
   KEYS[4], KEYS[5]
@@ -41,6 +48,20 @@ if event ~= 'released' and event ~= 'handed_back' then
 end
 local now = now_ms()
 local result, released, records = {}, {}, {}
+
+-- The answer of a release of this lease by this worker, with this event and reason, that has
+-- already settled the job (see Returns), else 0.
+local function already_released(id, lease, keep_lock)
+  local r = record_table(job_prefix .. id, id)
+  local settled_by, _, text = run_settled_entry(r, lease, worker)
+  if not ((settled_by == event or settled_by == 'dead')
+      and string.sub(text, 1, #reason) == reason) then
+    return 0
+  end
+  -- Only a lock is kept: a job without a resource has none, and its record no lock_kept.
+  if (keep_lock and r.resource_key ~= nil) ~= (r.lock_kept == lease) then return 0 end
+  return settled_by == 'dead' and 2 or 1
+end
 local ids = {}
 for i = 8, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
 local deadlines = zmscore_all(processing_key, ids)
@@ -56,7 +77,7 @@ for i = 8, #ARGV, 3 do
     records[#records + 1] = {id, lease, f, ARGV[i + 2] == '1', deadline and deadline < now,
       #result, ARGV[i + 2] == '2'}
   else
-    result[#result + 1] = 0
+    result[#result + 1] = already_released(id, lease, ARGV[i + 2] == '1')
   end
 end
 if #released == 0 then return result end
