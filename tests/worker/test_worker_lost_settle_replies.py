@@ -7,7 +7,8 @@ job no longer processing), so the worker took the run for lost: the heartbeat ne
 the lock, it expired a lease later, and the resource's next job ran beside the handler still
 going (a thread past its job timeout; an async handler that carries on after a stop's
 cancellation, which the worker did not wait for either). The scripts now answer a call sent
-again with its first sending's answer (tests/protocol).
+again with its first sending's answer (tests/protocol), and the worker keeps tracking the lock
+of a keep-lock call whose answer it never got.
 """
 
 from __future__ import annotations
@@ -18,10 +19,19 @@ import logging
 import threading
 from typing import Any
 
+import pytest
 from antre import HandlerRegistry, Job, Queue
 from antre.connection import connect_async
+from antre.errors import RedisUnavailable
+from antre.failures import Failure
+from antre.handler_threads import HandlerThreads, ThreadTimeout
+from antre.held_runs import HeldRuns
+from antre.jobs import ClaimedJob
+from antre.outcomes import Outcomes
 from antre.protocol.scripts import load as load_script
-from antre.settings import WorkerSettings
+from antre.runs import Run
+from antre.settings import QueueSettings, WorkerSettings
+from antre.settling import Settler
 from antre.worker import Worker
 from invariants import assert_invariants
 from reply_cutter import ReplyCutter
@@ -161,3 +171,79 @@ async def test_a_stop_whose_release_reply_is_lost_keeps_the_lock_and_waits_for_t
     assert redis_client.get(lock) is None, "freed once the handler ended"
     assert_invariants(redis_client, qs)
 
+
+# -- the answer never came: the lock is tracked all the same -------------------------------
+
+
+class Unreachable:
+    """Outages whose settle calls all give up, as after a reply lost and Redis away for the
+    rest of the call's budget: whether the call ran is unknown."""
+
+    async def settle(self, op: Any, **_: Any) -> Any:
+        raise RedisUnavailable(f"{op.script.name} gave up: connection lost")
+
+
+def settler_for(threads: HandlerThreads, qs: QueueSettings) -> Settler:
+    outcomes = Outcomes(qs.name, "w1", None)
+    return Settler(None, qs, WorkerSettings(**FAST), worker_id="w1",
+                   outages=Unreachable(),  # type: ignore[arg-type]
+                   outcomes=outcomes, held=HeldRuns(outcomes, lease_s=5.0), threads=threads)
+
+
+def a_run(job_id: str) -> Run:
+    return Run(ClaimedJob(id=job_id, type="t", payload_json="null", attempt=1, max_attempts=3,
+                          lease=1, idempotency_key=None, resource_key="acct", created_at_ms=0,
+                          headers_json=""))
+
+
+async def test_a_keep_lock_fail_whose_answer_never_came_keeps_tracking_the_lock(qs):
+    """The fail may have kept the lock in Redis: untracked, it would expire while the thread
+    runs. Tracked, the thread's return frees it."""
+    freed: list[Run] = []
+    threads = HandlerThreads(1, on_slot_freed=lambda: None, on_lock_freed=freed.append,
+                             on_started=lambda *_: None)
+    gate = threading.Event()
+    run = a_run("a")
+    try:
+        returned = threads.start(run, lambda job: gate.wait(20), None)
+        with pytest.raises(ThreadTimeout):
+            await threads.wait(run, returned, 0.01)
+        await settler_for(threads, qs).fail(run, Failure("timed out", keep_lock=True),
+                                            WorkerSettings().backoff)
+        assert threads.kept_locks() == [("acct", "a:1")]
+        gate.set()
+        await eventually(lambda: freed == [run], message="the lock freed on the return")
+    finally:
+        gate.set()
+        threads.shutdown()
+
+
+async def test_a_stop_whose_release_answer_never_came_waits_for_the_handler_still_going(qs):
+    """The release may have kept the lock: the handler going on after its cancellation is
+    waited for at the stop, its lock extended meanwhile, as when the release answered."""
+    threads = HandlerThreads(1, on_slot_freed=lambda: None, on_lock_freed=lambda run: None,
+                             on_started=lambda *_: None)
+    settler = settler_for(threads, qs)
+    finish = asyncio.Event()
+
+    async def carries_on() -> None:
+        while not finish.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await finish.wait()
+
+    run = a_run("a")
+    run.task = asyncio.create_task(carries_on())
+    try:
+        await settler.release([run], still_going=settler.still_going([run]))
+        assert settler.kept_locks() == [("acct", "a:1")]
+        ended = asyncio.create_task(settler.handlers_ended())
+        for _ in range(10):  # it cancels the handler once more, then waits for it
+            await asyncio.sleep(0)
+        assert not ended.done(), "waits for the handler still going"
+        finish.set()
+        await asyncio.wait_for(ended, 5)
+        assert settler.kept_locks() == []
+        await settler.finish()  # the unlock it then sends (it gives up: Redis away)
+    finally:
+        finish.set()
+        threads.shutdown()

@@ -71,6 +71,15 @@ class Settler:
                 worker_id=self.worker_id, keep_lock=failure.keep_lock,
                 refund_attempt=failure.refund_attempt), budget_s=self.settings.visibility_timeout_s)
         except (LeaseLost, RedisUnavailable):
+            if failure.keep_lock:
+                # The call may have run with its reply lost: given up on (RedisUnavailable), or
+                # refused when sent again because something else changed the record since (an
+                # operator's cancel). Redis may then hold the lock as kept for this thread, and
+                # untracked it would expire while the thread runs. Tracked, it is harmless if
+                # it was not kept: the heartbeat extends it only while it is still this run's,
+                # takes it back only while the record's lock_kept names this lease, and the
+                # thread's unlock frees it only if it is still this run's.
+                self.threads.keep_lock(run)
             self.outcomes.record(run, "lease_lost", error=failure.error)
         else:
             if failure.keep_lock:
@@ -118,7 +127,10 @@ class Settler:
                 outcomes += [None] * len(chunk)
         for run, outcome in zip(runs, outcomes, strict=True):
             self.held.forget(run)
-            if outcome is not None and run in still_going:
+            # Whatever the answer: a release given up on (Redis away) may have run with its
+            # reply lost and kept the lock, and a stop waits for every handler still going.
+            # Tracking a lock that was not kept is harmless (see fail).
+            if run in still_going:
                 self._keep_lock_while_going(run)
             if outcome == "dead":  # the release spent the job's last attempt
                 self.outcomes.record(run, "dead", level=logging.WARNING, error=dead_error)
