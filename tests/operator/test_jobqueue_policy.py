@@ -210,18 +210,24 @@ def test_an_unknown_url_option_is_a_clear_spec_error(url: str) -> None:
                      str(info.value))
 
 
-@pytest.mark.parametrize("url", [
-    "redis://r:6379/0?socket_timeout=abc",
-    "redis+sentinel://s1:26379/mymaster/0?socket_timeout=abc",
+@pytest.mark.parametrize("url, said", [
+    ("redis://r:6379/0?socket_timeout=abc",
+     "query option socket_timeout: got 'abc'; must be a number of seconds"),
+    ("redis+sentinel://s1:26379/mymaster/0?socket_timeout=abc",
+     "query option socket_timeout: got 'abc'; must be a number of seconds"),
+    ("redis://r:6379/0?ssl_ca_certs=/etc/ca.pem",
+     "query option ssl_ca_certs: a TLS option, and the scheme is redis:// (no TLS)"),
+    ("redis+sentinel://s1:26379/mymaster/0?ssl_ca_certs=/etc/ca.pem",
+     "query option ssl_ca_certs: a TLS option, and the scheme is redis+sentinel:// (no TLS)"),
 ])
-def test_a_bad_url_option_value_is_a_clear_spec_error(url: str) -> None:
-    """Not a Redis that cannot be reached at every poll: the option, its value and what it
-    may be, on spec.redis.url."""
+def test_a_bad_url_option_value_is_a_clear_spec_error(url: str, said: str) -> None:
+    """Not a Redis that cannot be reached at every poll, nor workers failing at their first
+    command (a TLS option without TLS): the option, its value and what it may be, on
+    spec.redis.url."""
     with pytest.raises(spec.InvalidSpec) as info:
         parse(sample(MINIMAL, redis={"url": url}))
     assert info.value.field == "spec.redis.url"
-    assert "query option socket_timeout: got 'abc'; must be a number of seconds" in str(
-        info.value)
+    assert said in str(info.value)
 
 
 @pytest.mark.parametrize("path", ["abc", "1x", "0/1"])

@@ -3,8 +3,11 @@
 Aspects: an unknown query option (``?sslmode=require``, a typo), in any URL Sentinel ones
 included, is one line naming it, from the library and the command line, instead of redis-py's
 TypeError at the first command; so is an option value redis-py cannot take
-(``?socket_timeout=abc``), naming the option, the value and what is allowed; the option
-list stays within what the installed redis-py takes. With ``ANTRE_REDIS_TLS=true`` (what the
+(``?socket_timeout=abc``), naming the option, the value and what is allowed; so is an
+option the URL's connection has no use for (a TLS option without TLS, ``socket_keepalive`` on a
+unix socket: a TypeError on every redis-py release), and ``?timeout=`` (only redis-py's
+BlockingConnectionPool takes it); the option list stays within what the installed redis-py
+takes. With ``ANTRE_REDIS_TLS=true`` (what the
 operator sets for a JobQueue with spec.redis.tls) the worker, the reaper and the API refuse a
 plain-text URL and never open a connection, so a password in it never crosses the network; a
 TLS URL passes the check. A bad ANTRE_REDIS_TLS value is a usage error.
@@ -78,6 +81,46 @@ def test_a_bad_option_value_is_named_before_connecting(url: str, option: str, go
         assert f"query option {option}: got {got}; must be {allowed}" in str(info.value)
 
 
+@pytest.mark.parametrize("url, option, scheme", [
+    ("redis://127.0.0.1:1/0?ssl_ca_certs=/ca.pem", "ssl_ca_certs", "redis"),
+    ("unix:///run/redis.sock?ssl_cert_reqs=none", "ssl_cert_reqs", "unix"),
+    ("redis+cluster://127.0.0.1:1?ssl_check_hostname=false", "ssl_check_hostname",
+     "redis+cluster"),
+    ("redis+sentinel://127.0.0.1:1/mymaster/0?ssl_password=x", "ssl_password",
+     "redis+sentinel"),
+])
+def test_a_tls_option_without_tls_is_named_before_connecting(url: str, option: str,
+                                                             scheme: str) -> None:
+    """redis-py handed it to a plain connection: a TypeError at the first command."""
+    for connect in (connection.connect, connection.connect_async):
+        with pytest.raises(errors.InvalidArgument) as info:
+            connect(url)
+        assert (f"query option {option}: a TLS option, and the scheme is {scheme}:// (no TLS); "
+                "use rediss://") in str(info.value)
+
+
+def test_socket_keepalive_on_a_unix_socket_is_named_before_connecting() -> None:
+    for connect in (connection.connect, connection.connect_async):
+        with pytest.raises(errors.InvalidArgument, match=r"query option socket_keepalive: a TCP "
+                           r"option, and the scheme is unix://"):
+            connect("unix:///run/redis.sock?socket_keepalive=true")
+
+
+def test_timeout_is_no_url_option() -> None:
+    """redis-py converts ?timeout= but only its BlockingConnectionPool takes it: the
+    connections of antre's clients failed with a TypeError at the first command."""
+    for connect in (connection.connect, connection.connect_async):
+        with pytest.raises(errors.InvalidArgument, match=r"unknown query option 'timeout'"):
+            connect("redis://127.0.0.1:1/0?timeout=5")
+
+
+def test_tls_options_with_tls_pass() -> None:
+    redis_urls.check_url("rediss://h:6380/0?ssl_ca_certs=/ca.pem&ssl_cert_reqs=required"
+                         "&ssl_check_hostname=true&socket_keepalive=true")
+    redis_urls.check_url("rediss+cluster://h:6380?ssl_ca_certs=/ca.pem")
+    redis_urls.check_url("unix:///run/redis.sock?db=1&socket_timeout=1")
+
+
 def test_good_option_values_pass() -> None:
     redis_urls.check_url_options("redis://h:6379/0?socket_timeout=0.5&socket_keepalive=yes"
                                  "&protocol=3&max_connections=10&retry_on_timeout=&db=2")
@@ -144,6 +187,7 @@ def test_an_option_name_that_may_be_a_password_is_not_shown() -> None:
 @pytest.mark.parametrize("query, said", [
     ("sslmode=require", "unknown query option 'sslmode'"),
     ("socket_timeout=abc", "query option socket_timeout: got 'abc'; must be a number of seconds"),
+    ("ssl_ca_certs=/ca.pem", "query option ssl_ca_certs: a TLS option, and the scheme is redis"),
 ])
 def test_the_command_line_names_a_bad_option(query: str, said: str, sentinel: bool) -> None:
     with running_redis() as server:

@@ -20,10 +20,12 @@ from antre import errors
 #: redis-py converts from a URL, and its string-valued connection options (a test keeps this
 #: within what the installed redis-py takes). redis-py hands any other name to its connection
 #: class, which fails with a TypeError at the first command; refused here instead, by name.
+#: Not ``timeout``, which redis-py converts but only its BlockingConnectionPool takes: antre's
+#: clients handed it to their connections, a TypeError on every release.
 URL_OPTIONS: Final = frozenset({
     "db", "health_check_interval", "max_connections", "protocol", "retry_on_timeout",
     "socket_connect_timeout", "socket_keepalive", "socket_read_size", "socket_timeout",
-    "timeout", "ssl_check_hostname", "ssl_min_version",
+    "ssl_check_hostname", "ssl_min_version",
     "client_name", "username", "password", "ssl_ca_certs", "ssl_ca_path", "ssl_certfile",
     "ssl_keyfile", "ssl_password", "ssl_cert_reqs", "ssl_ciphers",
 })
@@ -69,7 +71,7 @@ _VALUE_CHECKS: Final[dict[str, tuple[Callable[[str], bool], str]]] = {
                     "ssl_min_version")},
     "protocol": (lambda text: text in ("2", "3"), "2 or 3"),
     **{name: (_seconds, "a number of seconds >= 0 (e.g. 5 or 0.5)")
-       for name in ("socket_timeout", "socket_connect_timeout", "timeout")},
+       for name in ("socket_timeout", "socket_connect_timeout")},
     **{name: (lambda text: text.lower() in _BOOLEANS, "true or false (or yes/no, 1/0)")
        for name in ("socket_keepalive", "retry_on_timeout", "ssl_check_hostname")},
 }
@@ -95,14 +97,33 @@ def check_options(pairs: Iterable[tuple[str, str]], *, allowed: frozenset[str],
             raise errors.InvalidArgument(f"query option {name}: got {got}; must be {check[1]}")
 
 
+def check_transport_options(names: Iterable[str], *, scheme: str) -> None:
+    """Refuse an option the URL's kind of connection has no use for: a TLS option (``ssl_*``)
+    without TLS, ``socket_keepalive`` on a unix socket. redis-py hands them to a connection
+    class that takes no such argument: a TypeError at the first command, on every release. The
+    messages start with the option: callers say where."""
+    scheme = scheme.lower()
+    for name in names:
+        if name.startswith("ssl_") and scheme not in TLS_SCHEMES:
+            raise errors.InvalidArgument(
+                f"query option {name}: a TLS option, and the scheme is {scheme}:// (no TLS); "
+                f"use rediss://, rediss+sentinel:// or rediss+cluster://, or remove the option")
+        if name == "socket_keepalive" and scheme == "unix":
+            raise errors.InvalidArgument(
+                "query option socket_keepalive: a TCP option, and the scheme is unix:// (a "
+                "local socket); remove the option")
+
+
 def check_url_options(url: str) -> None:
-    """Refuse a query option redis-py would not take (``?sslmode=require``, a typo), or a
-    value it would not take (``?socket_timeout=abc``), in one line naming the option."""
+    """Refuse a query option redis-py would not take (``?sslmode=require``, a typo, a TLS
+    option without TLS), or a value it would not take (``?socket_timeout=abc``), in one line
+    naming the option."""
     query = url.partition("?")[2].partition("#")[0]
     try:
         # An '@' after the '?' means the '?' may be a password's, unescaped: no value shown.
-        check_options(parse_qsl(query, keep_blank_values=True), allowed=URL_OPTIONS,
-                      show_values="@" not in query)
+        pairs = parse_qsl(query, keep_blank_values=True)
+        check_options(pairs, allowed=URL_OPTIONS, show_values="@" not in query)
+        check_transport_options((name for name, _ in pairs), scheme=url.partition("://")[0])
     except errors.InvalidArgument as exc:
         raise errors.InvalidArgument(f"redis url: {exc}") from None
 

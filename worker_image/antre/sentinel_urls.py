@@ -115,6 +115,7 @@ def parse_url(url: str) -> SentinelUrl:
     # redis-py would hand an unknown name to its connection class: a TypeError at connect.
     redis_urls.check_options(server_query,
                              allowed=redis_urls.URL_OPTIONS | frozenset(SENTINEL_QUERY_KEYS))
+    redis_urls.check_transport_options((name for name, _ in server_query), scheme=scheme)
     # redis-py parses the servers' options as for a redis:// URL with the same user info,
     # percent-encoded again so that a '/', '?', '#' or '@' in the password stays in it.
     server_url = f"{base}://{_encoded_userinfo(userinfo) + '@' if at else ''}sentinel/{db}"
