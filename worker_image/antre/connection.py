@@ -17,7 +17,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from antre import command_packing, errors, redis_urls, sentinel, sentinel_urls
+from antre import command_packing, errors, redis_py_options, redis_urls, sentinel, sentinel_urls
 
 _STANDALONE = {"redis", "rediss", "unix"}
 _CLUSTER = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
@@ -119,13 +119,36 @@ def _sentinel_options(parsed: sentinel_urls.SentinelUrl, overrides: dict[str, An
     return {**defaults, **parsed.server_options}
 
 
+def _check_options_taken(url: str, *, sync: bool,
+                         parsed: sentinel_urls.SentinelUrl | None = None) -> None:
+    """Refuse an option of ``url`` the installed redis-py's client would fail on at its first
+    command (:mod:`antre.redis_py_options`); ``url`` passed :func:`redis_urls.check_url`, or
+    is the Sentinel URL ``parsed`` came from."""
+    if parsed is not None:
+        # Its options as redis-py read them (the sync parser, for both clients).
+        redis_py_options.check([name for name in parsed.server_options if name != "ssl"],
+                               client=redis_py_options.SYNC if sync else redis_py_options.ASYNCIO,
+                               tls=parsed.tls, sync_parser=True)
+        return
+    cluster, real_url = _split(url)
+    if cluster:
+        client = redis_py_options.SYNC_CLUSTER if sync else redis_py_options.ASYNCIO_CLUSTER
+    else:
+        client = redis_py_options.SYNC if sync else redis_py_options.ASYNCIO
+    query = url.partition("?")[2].partition("#")[0]  # as redis_urls.check_url_options reads it
+    redis_py_options.check([name for name, _ in parse_qsl(query, keep_blank_values=True)],
+                           client=client, tls=real_url.lower().startswith("rediss://"))
+
+
 def connect(url: str, **overrides: Any) -> Any:
     """A sync client for ``url`` (``redis.Redis`` or ``redis.cluster.RedisCluster``)."""
     cluster, real_url = _split(url)
     if sentinel_urls.is_sentinel_url(url):
         parsed = _parse_sentinel(url)
+        _check_options_taken(url, sync=True, parsed=parsed)
         return sentinel.connect(parsed, _sentinel_options(parsed, overrides))
     redis_urls.check_url(url)
+    _check_options_taken(url, sync=True)
     try:
         if cluster:
             options = _options(real_url, **overrides)
@@ -141,9 +164,11 @@ def connect_async(url: str, **overrides: Any) -> Any:
     cluster, real_url = _split(url)
     if sentinel_urls.is_sentinel_url(url):
         parsed = _parse_sentinel(url)
+        _check_options_taken(url, sync=False, parsed=parsed)
         return command_packing.packed_by_hiredis(
             sentinel.connect_async(parsed, _sentinel_options(parsed, overrides)))
     redis_urls.check_url(url)
+    _check_options_taken(url, sync=False)
     try:
         if cluster:
             options = _options(real_url, **overrides)
