@@ -1,8 +1,8 @@
 """Whether ``antre.redis_py_options``' table (SINCE, NOT_TAKEN) says what it finds in the
 installed redis-py: each client over TLS takes each URL option exactly when the table says the
 installed release does. Imported by tests/worker/test_redis_py_options.py (the suite's
-redis-py) and run as a script by tests/images/test_dependency_floors.py (the floor's), so it
-imports nothing of the tests."""
+redis-py) and, as text, by tests/images/test_dependency_floors.py in the floor's virtualenv,
+so it imports nothing of the tests."""
 
 from __future__ import annotations
 
@@ -27,7 +27,3 @@ def disagreements() -> list[str]:
                              f"{'taken' if name in takes else 'not taken'}, the table says "
                              f"{'taken' if said else 'not taken'}")
     return found
-
-
-if __name__ == "__main__":
-    print("disagreements:", disagreements())

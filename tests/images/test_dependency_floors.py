@@ -10,7 +10,10 @@ virtualenv and against a real redis-server: the sync client enqueues and reads a
 pinned connection, on redis-py's own methods where the floor lacks the internals it drives
 directly), the asyncio client does the same, ``antre demo`` works 100 jobs off with a real
 worker (retries, resource locks, two dead-lettered), and ``antre api --dashboard`` answers
-the stats, the metrics and a dashboard page rendered from its templates.
+the stats, the metrics and a dashboard page rendered from its templates. A URL option the
+floor's asyncio client does not take (``ssl_password``, before 7.2) stops ``antre worker`` at
+start with one line and exit 2, where redis-py's TypeError came at the first command; the sync
+client still takes it; what antre finds each client takes is what its table says of 5.0.1.
 
 Needs PyPI, as test_install.py does; pip's cache makes a second run quick.
 """
@@ -18,11 +21,13 @@ Needs PyPI, as test_install.py does; pip's cache makes a second run quick.
 from __future__ import annotations
 
 import json
+import subprocess
 import tomllib
 import urllib.request
 from pathlib import Path
 
 import pytest
+import redis_py_table
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -124,3 +129,33 @@ def test_the_api_serves_stats_metrics_and_the_dashboard(floor_venv: Path, redis_
     _, stderr = process.communicate(timeout=TIMEOUT_S)
     assert "Traceback" not in stderr, stderr
 
+
+
+#: Run by the floor virtualenv's Python after tests/redis_py_table.py's text.
+OPTIONS_ROUND = """
+import antre, antre.errors
+url = "rediss://127.0.0.1:1/0?ssl_password=x"
+antre.Queue.from_url(url, "floors").close()  # the sync connections take it
+try:
+    antre.AsyncQueue.from_url(url, "floors")
+except antre.errors.InvalidArgument as exc:
+    print("refused:", exc)
+print("disagreements:", disagreements())
+"""
+
+
+def test_an_option_the_floor_does_not_take_stops_the_worker_at_start(floor_venv: Path,
+                                                                     tmp_path: Path) -> None:
+    """Before: the worker started, and its first command raised redis-py's TypeError."""
+    proc = subprocess.run(
+        [floor_venv / "bin" / "antre", "worker", "--handlers", "antre.example_handlers",
+         "--redis-url", "rediss://127.0.0.1:1/0?ssl_password=x"],
+        capture_output=True, text=True, env=user_env(), cwd=tmp_path, timeout=60, check=False)
+    said = ("redis url: ssl_password needs redis-py 7.2 or later (installed: 5.0.1) for the "
+            "asyncio client, which the worker, the API and antre.AsyncQueue use; upgrade redis "
+            "or remove the parameter")
+    assert (proc.returncode, proc.stderr) == (2, f"antre worker: {said}\n"), proc.stderr
+    out = run(floor_venv / "bin" / "python", "-c",
+              Path(redis_py_table.__file__).read_text() + OPTIONS_ROUND, env=user_env(),
+              cwd=tmp_path)
+    assert out.splitlines() == [f"refused: {said}", "disagreements: []"], out
