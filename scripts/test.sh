@@ -3,9 +3,9 @@
 #
 #   bash scripts/test.sh [pytest arguments]
 #
-# 1. System packages (Debian/Ubuntu): redis-server and redis-sentinel, and chromium with
-#    chromium-driver (the dashboard's browser tests), when they are missing, with apt-get as
-#    root (otherwise it prints the command to run and stops).
+# 1. System packages (Debian/Ubuntu): redis-server and redis-sentinel, chromium with
+#    chromium-driver (the dashboard's browser tests) and openssl (a TLS test's CA directory),
+#    when they are missing, with apt-get as root (otherwise it prints the command to run and stops).
 # 2. A virtual environment ($ANTRE_TEST_VENV, default <repo>/.venv; created when missing) with
 #    the package and its `test` extra installed at the versions pinned in tests/constraints.txt.
 # 3. The helm and kubectl binaries the chart and Kubernetes tests run, and the Kubernetes control
@@ -21,6 +21,7 @@ missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v redis-sentinel >/dev/null || missing+=(redis-sentinel)
 command -v chromium >/dev/null || missing+=(chromium)
+command -v openssl >/dev/null || missing+=(openssl)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if ((${#missing[@]})); then
     if [[ "$(id -u)" != 0 ]]; then
