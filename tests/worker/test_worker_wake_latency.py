@@ -30,6 +30,7 @@ from antre.handlers import HandlerRegistry
 from antre.protocol.scripts import load as load_script
 from antre.settings import QueueSettings
 from invariants import assert_invariants
+from redis_servers import major_version
 from worker_harness import eventually, running_worker
 
 ONE_WAY_S = 0.05
@@ -227,15 +228,18 @@ def claims_seen(redis_client: Any) -> Iterator[list[int]]:
 def acks_seen(redis_client: Any) -> Iterator[list[int]]:
     """Counts the ack script's calls Redis runs meanwhile: yields the number of acks sent on
     their own and of acks written in front of an idle wait (the next command on their
-    connection the wait's CLIENT ID), final once the block ends."""
+    connection the wait's first that MONITOR shows), final once the block ends."""
     ack_sha = load_script("ack").sha
     counts = [0, 0]
     acked: set[str] = set()  # connections whose last command was an ack
+    # The wait sends CLIENT ID, TIME, then BLMOVE. Redis 6.2 never shows CLIENT to MONITOR (an
+    # administrative command there; 7.0 shows CLIENT ID), so there the wait starts at TIME.
+    wait_starts = "CLIENT" if major_version(redis_client) >= 7 else "TIME"
 
     def seen(connection: str, name: str, words: list[str]) -> None:
         if connection in acked:
             acked.discard(connection)
-            counts[1 if name == "CLIENT" else 0] += 1
+            counts[1 if name == wait_starts else 0] += 1
         if name == "EVALSHA" and len(words) > 1 and words[1] == ack_sha:
             acked.add(connection)
 
