@@ -159,3 +159,17 @@ def test_an_option_the_floor_does_not_take_stops_the_worker_at_start(floor_venv:
               Path(redis_py_table.__file__).read_text() + OPTIONS_ROUND, env=user_env(),
               cwd=tmp_path)
     assert out.splitlines() == [f"refused: {said}", "disagreements: []"], out
+
+
+def test_a_tls_cluster_on_the_floor_is_refused_by_the_sync_client(floor_venv: Path,
+                                                                  tmp_path: Path) -> None:
+    """Before 6.1 the sync cluster client dropped ``ssl_check_hostname`` without a word and took
+    a certificate issued for any host; the command line (the sync client) now refuses."""
+    url = "rediss+cluster://127.0.0.1:1"
+    proc = subprocess.run([floor_venv / "bin" / "antre", "stats", "--redis-url", url],
+                          capture_output=True, text=True, env=user_env(), cwd=tmp_path,
+                          timeout=60, check=False)
+    assert (proc.returncode, proc.stderr) == (2, (
+        f"antre stats: redis url {url!r}: a TLS cluster needs redis-py 6.1 or later (installed: "
+        "5.0.1) for antre.Queue and the command line: earlier releases do not check that a "
+        "server's certificate names it; upgrade redis\n")), proc.stderr

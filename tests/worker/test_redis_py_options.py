@@ -199,3 +199,26 @@ def test_the_command_line_refuses_in_one_line(command: list[str]) -> None:
     assert line == (f"antre {command[0]}: redis url: ssl_password: redis-py {redis.__version__} "
                     f"does not take it in the asyncio cluster client, {ASYNC_USERS}; remove the "
                     f"parameter"), proc.stderr
+
+
+class _ClusterOfRedisPy72:
+    """The shape of redis-py 7.2.0-7.2.2's asyncio ``RedisCluster.__init__``: named keywords,
+    no ``**kwargs``, no ``driver_info``."""
+
+    def __init__(self, host: str | None = None, port: int = 6379, *,
+                 decode_responses: bool = False, socket_timeout: float | None = None) -> None:
+        pass
+
+
+def test_a_cluster_client_is_given_driver_info_only_if_it_takes_it() -> None:
+    """Given it anyway, redis-py 7.2.0-7.2.2's asyncio cluster client failed every
+    ``redis+cluster://`` URL with a TypeError (seen in a 7.2.0 virtualenv against a cluster)."""
+    assert not redis_py_options.constructor_takes(_ClusterOfRedisPy72, "driver_info")
+    assert "driver_info" not in connection._cluster_options(
+        "redis://127.0.0.1:1", _ClusterOfRedisPy72, {})
+    # The suite's redis-py (8.1) takes it, and is given it: one version lookup, not one per
+    # connection (connection._driver_info).
+    takes = redis_py_options.constructor_takes(redis.asyncio.cluster.RedisCluster, "driver_info")
+    given = connection._cluster_options("redis://127.0.0.1:1", redis.asyncio.cluster.RedisCluster, {})
+    assert takes and "driver_info" in given
+    assert "health_check_interval" not in given

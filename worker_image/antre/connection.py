@@ -101,6 +101,17 @@ def _options(url: str, **overrides: Any) -> dict[str, Any]:
     return options
 
 
+def _cluster_options(url: str, client: type, overrides: dict[str, Any]) -> dict[str, Any]:
+    """:func:`_options` for a cluster client: without the health checks it has no use for, and
+    without ``driver_info`` where it takes none (redis-py 7.2.0-7.2.2's asyncio cluster client
+    failed every call on it with a TypeError)."""
+    options = _options(url, **overrides)
+    options.pop("health_check_interval", None)
+    if "driver_info" in options and not redis_py_options.constructor_takes(client, "driver_info"):
+        del options["driver_info"]
+    return options
+
+
 def is_cluster_url(url: str) -> bool:
     return _split(url)[0]
 
@@ -149,10 +160,19 @@ def connect(url: str, **overrides: Any) -> Any:
         return sentinel.connect(parsed, _sentinel_options(parsed, overrides))
     redis_urls.check_url(url)
     _check_options_taken(url, sync=True)
+    if cluster:
+        options = _cluster_options(real_url, redis.cluster.RedisCluster, overrides)
+        if options.get("ssl_check_hostname") and "ssl_check_hostname" not in (
+                redis_py_options.taken(redis_py_options.SYNC_CLUSTER, tls=True)
+                or {"ssl_check_hostname"}):
+            # Dropped without a word: the client would accept any server's certificate.
+            raise errors.InvalidArgument(
+                f"redis url {redact(url)!r}: a TLS cluster needs redis-py 6.1 or later "
+                f"(installed: {redis.__version__}) for antre.Queue and the command line: "
+                "earlier releases do not check that a server's certificate names it; "
+                "upgrade redis")
     try:
         if cluster:
-            options = _options(real_url, **overrides)
-            options.pop("health_check_interval", None)
             return redis.cluster.RedisCluster.from_url(real_url, **options)
         return redis.Redis.from_url(real_url, **_options(real_url, **overrides))
     except (ValueError, redis.RedisError) as exc:
@@ -171,9 +191,9 @@ def connect_async(url: str, **overrides: Any) -> Any:
     _check_options_taken(url, sync=False)
     try:
         if cluster:
-            options = _options(real_url, **overrides)
-            options.pop("health_check_interval", None)
-            return redis.asyncio.cluster.RedisCluster.from_url(real_url, **options)
+            return redis.asyncio.cluster.RedisCluster.from_url(
+                real_url, **_cluster_options(real_url, redis.asyncio.cluster.RedisCluster,
+                                             overrides))
         return command_packing.packed_by_hiredis(
             redis.asyncio.Redis.from_url(real_url, **_options(real_url, **overrides)))
     except (ValueError, redis.RedisError) as exc:

@@ -129,6 +129,14 @@ def _init_parameters(cls: type) -> frozenset[str] | None:
     return None
 
 
+@functools.cache
+def constructor_takes(cls: type, name: str) -> bool:
+    """Whether ``cls(...)`` takes the keyword ``name`` (True when it cannot be told: every
+    constructor passes unknown names on)."""
+    names = _init_parameters(cls)
+    return names is None or name in names
+
+
 def _converted(module: Any) -> frozenset[str] | None:
     parsers = getattr(module, "URL_QUERY_ARGUMENT_PARSERS", None)
     return frozenset(parsers) if isinstance(parsers, Mapping) else None
