@@ -116,9 +116,10 @@ class QueueReader:
             self._queue = antre.AsyncQueue(self._client, self._queue_name, prefix=self._prefix)
         return self._queue
 
-    async def _call(self, awaitable: Awaitable[T]) -> T:
+    async def _call(self, awaitable: Awaitable[T], *, cap: int) -> T:
+        """``awaitable``'s result, its replies costing at most ``cap`` (:mod:`reply_cap`)."""
         where = connection.redact(self.url)
-        read = reply_cap.budget()  # every reply of this call counts against one cap
+        read = reply_cap.start(cap)  # every reply of this call counts against one cap
         try:
             return await asyncio.wait_for(awaitable, timeout=self.timeout_s)
         except _NO_REDIS as exc:
@@ -138,7 +139,7 @@ class QueueReader:
     async def read(self) -> Reading:
         """Depth in one round trip."""
         queue = self._ensure()
-        depth = await self._call(queue.depth())
+        depth = await self._call(queue.depth(), cap=reply_cap.DEPTH_CAP)
         numbers = status.QueueNumbers(
             ready=depth.ready, due=depth.due, scheduled=depth.scheduled,
             processing=depth.processing, dead=depth.dead,
@@ -155,9 +156,18 @@ class QueueReader:
         :data:`MAX_RECORDS_READ` jobs in flight those counts are used all the same.
         """
         queue = self._ensure()
-        registry = await self._call(queue.workers())
+        # One read: the registry is held while the rest is read.
+        whole = reply_cap.start(reply_cap.IN_FLIGHT_CAP)
+        try:
+            return await self._jobs_in_flight_by_pod(queue)
+        finally:
+            reply_cap.end(whole)
+
+    async def _jobs_in_flight_by_pod(self, queue: antre.AsyncQueue) -> dict[str, int]:
+        registry = await self._call(queue.workers(), cap=reply_cap.REGISTRY_CAP)
         by_pod = {entry.pod: 0 for entry in registry}
-        ids = await self._call(queue.redis.zrange(queue.keys.processing, 0, MAX_RECORDS_READ))
+        ids = await self._call(queue.redis.zrange(queue.keys.processing, 0, MAX_RECORDS_READ),
+                               cap=reply_cap.IN_FLIGHT_IDS_CAP)
         if len(ids) > MAX_RECORDS_READ:
             for entry in registry:
                 by_pod[entry.pod] += max(entry.in_flight, 0)
@@ -167,7 +177,8 @@ class QueueReader:
         pipe = queue.redis.pipeline(transaction=False)
         for job_id in ids:
             pipe.hget(queue.keys.job(job_id), "worker")
-        holders = await self._call(pipe.execute(raise_on_error=False)) if ids else []
+        holders = (await self._call(pipe.execute(raise_on_error=False),
+                                    cap=reply_cap.HOLDERS_CAP) if ids else [])
         for holder in holders:
             # Settled meanwhile (None), or packed as done (a String: WRONGTYPE): in flight no more.
             pod = pod_of.get(holder) if isinstance(holder, str) else None
@@ -177,7 +188,8 @@ class QueueReader:
 
     async def eviction_warning(self) -> str | None:
         self._ensure()
-        return await self._call(redis_checks.eviction_policy_warning(self._client))
+        return await self._call(redis_checks.eviction_policy_warning(self._client),
+                                cap=reply_cap.INFO_CAP)
 
     async def close(self) -> None:
         if self._client is not None:

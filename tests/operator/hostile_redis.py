@@ -7,6 +7,22 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+#: What the servers answer to the commands of a connection's handshake, as Redis 7 does.
+HANDSHAKE: dict[bytes, bytes] = {
+    b"HELLO": b"%3\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.0.0\r\n"
+              b"$5\r\nproto\r\n:3\r\n",
+    b"PING": b"+PONG\r\n", b"CLIENT": b"+OK\r\n", b"SELECT": b"+OK\r\n"}
+
+
+async def read_command(reader: asyncio.StreamReader) -> list[bytes]:
+    """The next command a client sends, its words upper-cased."""
+    count = int((await reader.readline())[1:])
+    words = []
+    for _ in range(count):
+        size = int((await reader.readline())[1:])
+        words.append((await reader.readexactly(size + 2))[:-2].upper())
+    return words
+
 
 @contextlib.asynccontextmanager
 async def flooding_server(reply_bytes: int, answers: dict[bytes, bytes] | None = None, *,
@@ -33,18 +49,9 @@ async def flooding_server(reply_bytes: int, answers: dict[bytes, bytes] | None =
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             while True:
-                count = int((await reader.readline())[1:])
-                words = []
-                for _ in range(count):
-                    size = int((await reader.readline())[1:])
-                    words.append((await reader.readexactly(size + 2))[:-2].upper())
-                if words[0] == b"HELLO":
-                    writer.write(b"%3\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n"
-                                 b"$5\r\n7.0.0\r\n$5\r\nproto\r\n:3\r\n")
-                elif words[0] == b"PING":
-                    writer.write(b"+PONG\r\n")
-                elif words[0] in (b"CLIENT", b"SELECT"):
-                    writer.write(b"+OK\r\n")
+                words = await read_command(reader)
+                if words[0] in HANDSHAKE:
+                    writer.write(HANDSHAKE[words[0]])
                 elif words[0] in (answers or {}):
                     writer.write((answers or {})[words[0]])
                 else:
@@ -76,3 +83,49 @@ def depth_reply(*, ready: bytes = b"0", oldest_age_ms: bytes = b"-1") -> bytes:
     items = [b":1\r\n", bulk(ready), *[b":0\r\n"] * 5, bulk(oldest_age_ms), b":0\r\n",
              b"*0\r\n"]
     return b"*%d\r\n" % len(items) + b"".join(items)
+
+
+ZEROS: bytes = b"0" * (64 * 1024)
+
+
+@contextlib.asynccontextmanager
+async def stalling_server(body_bytes: int, info: bytes | None = None,
+                          ) -> AsyncIterator[tuple[int, list[int]]]:
+    """A server that speaks Redis for the handshake, answers INFO with ``info`` (if given) and
+    any other command with the start of a bulk string longer than ``body_bytes``: it sends
+    ``body_bytes`` of it, as fast as its client reads, and then never the rest. Yields its port
+    and a list that gets one item per answer it is done with: sent whole, or cut short by the
+    client."""
+    done: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError, ValueError):
+            while True:
+                words = await read_command(reader)
+                if words[0] in HANDSHAKE:
+                    writer.write(HANDSHAKE[words[0]])
+                elif words[0] == b"INFO" and info is not None:
+                    await send(writer, [b"$%d\r\n" % len(info), info, b"\r\n"])
+                else:
+                    await send(writer, [b"$%d\r\n" % (body_bytes + 10),
+                                        *[ZEROS] * (body_bytes // len(ZEROS)),
+                                        ZEROS[:body_bytes % len(ZEROS)]])
+                await writer.drain()
+        writer.close()
+
+    async def send(writer: asyncio.StreamWriter, parts: list[bytes]) -> None:
+        """In pieces, each once its client read the last: the server holds little of it (the
+        memory the tests measure is the client's)."""
+        try:
+            for part in parts:
+                for start in range(0, len(part), len(ZEROS)):
+                    writer.write(part[start:start + len(ZEROS)])
+                    await writer.drain()
+        finally:
+            done.append(sum(map(len, parts)))
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1], done
+    finally:
+        server.close()

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -23,7 +27,7 @@ from antre.protocol.claim import claim_op
 from antre.protocol.extend_lease import extend_lease_op
 from antre.settings import QueueSettings, WorkerSettings
 from antre_operator import backlog, reply_cap
-from hostile_redis import bulk, depth_reply, flooding_server
+from hostile_redis import bulk, depth_reply, flooding_server, stalling_server
 from redis_servers import eventually, free_port, running_redis, script_calls
 
 
@@ -193,16 +197,17 @@ async def test_a_closed_port_reads_like_a_foreign_server() -> None:
 async def test_a_reply_larger_than_any_queue_needs_is_not_read() -> None:
     """One operator serves every JobQueue: a Redis a JobQueue names (its author's own server)
     must not be able to fill the operator's memory by answering the depth read with hundreds of
-    megabytes. The read stops at MAX_REPLY_BYTES and fails like any answer that is not Redis's."""
+    megabytes. The read stops at the depth read's cap and fails like any answer that is not
+    Redis's."""
     flood, hung_up = 200 * 1024 * 1024, asyncio.Event()
     async with flooding_server(flood, hung_up=hung_up) as (port, sent):
         error = await read_error(port, timeout_s=30)
         assert backlog.NO_REDIS_MESSAGE in str(error)
-        assert "longer than" in error.detail
+        assert f"costing more than {reply_cap.DEPTH_CAP} bytes" in error.detail
         # What the server got out before the connection was dropped: the cap, plus what the
         # kernel's socket buffers hold (a few MB on loopback), far from the whole reply.
         await eventually(hung_up.is_set, timeout_s=5, message="the server to see the client go")
-        assert sum(sent) < reply_cap.MAX_REPLY_BYTES + 24 * 1024 * 1024 < flood
+        assert sum(sent) < reply_cap.DEPTH_CAP + 24 * 1024 * 1024 < flood
 
 
 async def test_a_reply_of_the_wrong_shape_reads_as_no_redis() -> None:
@@ -214,25 +219,22 @@ async def test_a_reply_of_the_wrong_shape_reads_as_no_redis() -> None:
 
 
 async def test_a_thousand_replies_share_the_cap_of_one_read() -> None:
-    """The pods of the jobs in flight are found with one pipeline of up to 1,001 HGETs: each
-    reply under the cap, a thousand of them far over it. The replies of one read share it."""
+    """The pods of the jobs in flight are found with one pipeline of up to 1,000 HGETs: each
+    reply under the cap, ten of them over it. The replies of one read share it."""
     ids = b"*10\r\n" + b"".join(b"$2\r\nj%d\r\n" % i for i in range(10))
     no_workers = b"*3\r\n:1\r\n:0\r\n:-2\r\n"  # workers.lua: the registry is empty
-    each, hung_up = 7 * 1024 * 1024, asyncio.Event()
-    async with flooding_server(each, {b"EVALSHA": no_workers, b"ZRANGE": ids},
-                               hung_up=hung_up) as (port, sent):
+    each = reply_cap.HOLDERS_CAP // 4 // reply_cap.BYTE_COST  # a quarter of the cap each
+    async with flooding_server(each, {b"EVALSHA": no_workers, b"ZRANGE": ids}) as (port, _):
         error = await failed_read(f"redis://127.0.0.1:{port}/0", timeout_s=30,
                                   read=backlog.QueueReader.jobs_in_flight_by_pod)
-        assert "longer than" in error.detail
-        await eventually(hung_up.is_set, timeout_s=5, message="the server to see the client go")
-        assert sum(sent) < reply_cap.MAX_REPLY_BYTES + 24 * 1024 * 1024 < 10 * each
+    assert f"costing more than {reply_cap.HOLDERS_CAP} bytes" in error.detail, error.detail
 
 
 async def test_a_hostile_eviction_policy_is_not_quoted() -> None:
-    """A server of the JobQueue author's own answers ``INFO memory`` with a policy of 7 MiB
-    (under the reply cap): the warning names no such text and stays short, so the status patch
+    """A server of the JobQueue author's own answers ``INFO memory`` with a policy as long as
+    the reply's cap allows: the warning names no such text and stays short, so the status patch
     that carries it is far below what the API server accepts."""
-    policy = b"A" * (7 * 1024 * 1024)
+    policy = b"A" * (reply_cap.INFO_CAP // reply_cap.BYTE_COST - 1024)
     info = b"# Memory\r\nmaxmemory_policy:" + policy + b"\r\n"
     answers = {b"INFO": bulk(info)}
     async with flooding_server(10, answers) as (port, _):
@@ -245,6 +247,184 @@ async def test_a_hostile_eviction_policy_is_not_quoted() -> None:
     assert warning is not None and "AAAA" not in warning and len(warning) < 400, warning[:400]
     assert "not a policy Redis knows" in warning
 
+
+def fill_the_largest_queue(client: redis.Redis, queue: str) -> None:
+    """The largest registry and jobs in flight the operator reads of a queue: 1,000 workers
+    whose pod names take the 63 characters a pod's host name has, and 1,000 jobs in flight
+    whose ids take the 128 bytes a job id may, each held by one of those workers (1,001 would
+    be read as the registry's counts, without their holders)."""
+    settings = QueueSettings(name=queue)
+    now_ms = int(time.time() * 1000)
+    workers = []
+    for n in range(1000):
+        pod = f"{'j' * 42}-worker-{'a' * 7}-{n:05d}"
+        workers.append(f"{pod}-1234567-abcdef")
+        entry = {"worker_id": workers[-1], "pod": pod, "host": pod, "pid": 1234567,
+                 "queue": queue, "in_flight": 1000, "concurrency": 1000,
+                 "started_at_ms": now_ms, "stuck_threads": 0, "kept_locks": []}
+        scripts.run(client, extend_lease_op(
+            settings, [], lease_ms=600_000, worker_id=workers[-1], registry_ttl_ms=600_000,
+            registry_entry_json=json.dumps(entry, separators=(",", ":"))))
+    pipe = client.pipeline(transaction=False)
+    for n, worker in enumerate(workers):
+        job_id = f"{n:05d}".ljust(128, "x")
+        pipe.zadd(settings.keys.processing, {job_id: now_ms + 600_000})
+        pipe.hset(settings.keys.job(job_id), "worker", worker)
+    for counter in ("enqueued", "done", "dead", "retried", "cancelled", "duplicate",
+                    "lock_deferred", "lease_expired", "purged", "replayed"):
+        pipe.hset(settings.keys.stats, counter, 2**53 - 1)
+    pipe.execute()
+    assert len(queue) == 128 and all(len(worker) <= 80 for worker in workers)
+
+
+async def test_what_redis_answers_costs_a_fraction_of_each_cap(
+        redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caps leave room: what a Redis running antre answers for the largest queue the
+    operator reads costs at most half of each cap (the numbers reply_cap's docstring gives)."""
+    queue = "q" * 128
+    fill_the_largest_queue(redis_client, queue)
+    costs: dict[reply_cap.Read, int] = {}
+    charge = reply_cap.charge
+
+    def counted(read: reply_cap.Read, more: int) -> str | None:
+        costs[read] = costs.get(read, 0) + more
+        return charge(read, more)
+
+    monkeypatch.setattr(reply_cap, "charge", counted)
+    reader = backlog.QueueReader(redis_url, queue=queue, prefix="antre", timeout_s=5)
+    try:
+        await reader.read()  # a new connection: its handshake, and the script's load
+        await reader.read()
+        assert await reader.eviction_warning() is None
+        by_pod = await reader.jobs_in_flight_by_pod()
+    finally:
+        await reader.close()
+    assert len(by_pod) == 1000 and set(by_pod.values()) == {1}
+    reads = [(read.cap, cost) for read, cost in costs.items()]
+    print("costs (cap, cost):", reads)
+    assert [cap for cap, _ in reads] == [
+        reply_cap.DEPTH_CAP, reply_cap.DEPTH_CAP, reply_cap.INFO_CAP, reply_cap.REGISTRY_CAP,
+        reply_cap.IN_FLIGHT_IDS_CAP, reply_cap.HOLDERS_CAP]
+    assert all(cost <= cap / 2 for cap, cost in reads), reads
+    assert sum(cost for _, cost in reads[3:]) <= reply_cap.IN_FLIGHT_CAP / 2
+
+
+#: Replies of the shapes that cost hiredis the most memory per byte received (nested arrays it
+#: reserves room for, empty arrays, maps of one, a string of 4-byte characters), 64 KiB a chunk.
+_COSTLIEST = """
+import gc, sys, hiredis
+from antre_operator import reply_cap
+
+def memory(peak=False):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f
+                    if line.startswith("VmHWM:" if peak else "VmRSS:"))
+
+n = 200_000
+reply = {"nested": b"*16000\\r\\n" * 1000,
+         "empty-arrays": b"*%d\\r\\n" % n + b"*0\\r\\n" * n,
+         "maps-of-one": b"*%d\\r\\n" % n + b"%1\\r\\n:1\\r\\n:1\\r\\n" * n,
+         "wide-text": b"$%d\\r\\n" % (8 * n) + "\\U0001F600".encode() * 2 * n}[sys.argv[1]]
+chunks = [reply[i:i + 65536] for i in range(0, len(reply), 65536)]
+reader, cost, last = hiredis.Reader(encoding="utf-8"), 0, b""
+gc.collect()
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the peak from here
+before = memory()
+for chunk in chunks:
+    cost += reply_cap.cost(chunk, last)
+    last = chunk
+    reader.feed(chunk)
+    reader.gets()
+print(memory(peak=True) - before, cost)
+"""
+
+
+@pytest.mark.parametrize("shape", ["nested", "empty-arrays", "maps-of-one", "wide-text"])
+def test_what_a_reply_costs_is_never_below_the_memory_hiredis_takes(shape: str) -> None:
+    """8 KB of nested array headers take 69 MiB: the cap is on this estimate, not on bytes."""
+    run = subprocess.run([sys.executable, "-c", _COSTLIEST, shape], capture_output=True,
+                         text=True, check=True, timeout=60, env={**os.environ})
+    taken, cost = map(int, run.stdout.split())
+    print(f"{shape}: {taken / 2**20:.1f} MiB taken, {cost / 2**20:.1f} MiB charged")
+    assert 1024 * 1024 < taken <= cost, (taken, cost)
+
+
+def test_a_header_split_between_chunks_is_counted_once() -> None:
+    reply = b"*3\r\n*16000\r\n"
+    whole = reply_cap.cost(reply)
+    for at in range(1, len(reply)):
+        assert reply_cap.cost(reply[:at]) + reply_cap.cost(reply[at:], reply[:at]) == whole
+    assert whole == 2 * len(reply) + 2 * 80 + 8 * 16003
+
+
+def test_the_reads_that_started_first_make_way() -> None:
+    held = [("a", 10), ("b", 10), ("c", 0), ("d", 10)]  # in the order they started
+    assert reply_cap.to_fail(held, "c", 5, limit=40) == []
+    assert reply_cap.to_fail(held, "c", 15, limit=40) == ["a"]
+    assert reply_cap.to_fail(held, "c", 25, limit=40) == ["a", "b"]
+    # Only reads started before it make way: d's 10 stay, so c cannot take 31.
+    assert reply_cap.to_fail(held, "c", 31, limit=40) is None
+    assert reply_cap.to_fail(held, "a", 11, limit=40) is None
+
+
+def peak_memory_reset() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def memory_mib(peak: bool = False) -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f
+                    if line.startswith("VmHWM:" if peak else "VmRSS:"))
+
+
+async def test_stalled_hostile_reads_share_a_bounded_budget_and_a_large_read_still_succeeds(
+        redis_url: str, redis_client: redis.Redis) -> None:
+    """One operator serves every JobQueue. 30 JobQueues of one author whose Redis answers the
+    depth read with just under 8 MiB (the per-read cap there was) and never finishes held
+    ~11 MiB each, 322 MiB in all, beyond the chart's 256 MiB limit; 30 more answer the
+    registry read just under its cap. Now the depth reads fail at their cap, the registry reads
+    hold at most the shared budget together, and another JobQueue's registry of 1,000 workers
+    is read meanwhile: the stalled reads, older, make way for it."""
+    queue = "q" * 128
+    fill_the_largest_queue(redis_client, queue)
+    victim = backlog.QueueReader(redis_url, queue=queue, prefix="antre", timeout_s=5)
+    await victim.read()  # connected, as a JobQueue polled every few seconds is
+    jobqueues = 30
+    old_cap = 8 * 1024 * 1024
+    async with stalling_server(old_cap - 64 * 1024) as (depth_port, depth_done), \
+            stalling_server(reply_cap.REGISTRY_CAP // reply_cap.BYTE_COST - 64 * 1024) as (
+                registry_port, registry_done):
+        hostile = [backlog.QueueReader(f"redis://127.0.0.1:{port}/0", queue=f"h{i}",
+                                       prefix="antre", timeout_s=30)
+                   for port in (depth_port, registry_port) for i in range(jobqueues)]
+        gc.collect()
+        peak_memory_reset()
+        before = memory_mib()
+        reads = [asyncio.create_task(reader.read()) for reader in hostile[:jobqueues]]
+        reads += [asyncio.create_task(reader.jobs_in_flight_by_pod())
+                  for reader in hostile[jobqueues:]]
+        try:
+            # Each server has sent all it will, or seen its client give up.
+            await eventually(lambda: len(depth_done) == len(registry_done) == jobqueues,
+                             timeout_s=60, message="the hostile servers to have sent it all")
+            by_pod = await victim.jobs_in_flight_by_pod()
+            grown = memory_mib(peak=True) - before
+        finally:
+            for read in reads:
+                read.cancel()
+            results = await asyncio.gather(*reads, return_exceptions=True)
+            for reader in [*hostile, victim]:
+                await reader.close()
+    print(f"{2 * jobqueues} hostile reads at once: memory grew {grown:.0f} MiB at most")
+    # What the stalled reads hold is the shared budget, their 64 KiB each, what asyncio buffers
+    # ahead of the parser and the victim's read (2.5 MiB), with room for the allocator.
+    assert grown < reply_cap.SHARED_BYTES / 2**20 + 24, grown
+    assert len(by_pod) == 1000 and set(by_pod.values()) == {1}
+    assert all(isinstance(result, backlog.RedisReadError | asyncio.CancelledError)
+               for result in results), results
+    assert all(isinstance(result, backlog.RedisReadError) for result in results[:jobqueues])
 
 
 HUGE = b"9" * 400
