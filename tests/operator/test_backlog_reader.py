@@ -22,6 +22,7 @@ import antre
 import pytest
 import redis
 import redis.asyncio
+from antre import redis_checks
 from antre.protocol import scripts
 from antre.protocol.claim import claim_op
 from antre.protocol.extend_lease import extend_lease_op
@@ -246,6 +247,62 @@ async def test_a_hostile_eviction_policy_is_not_quoted() -> None:
             await reader.close()
     assert warning is not None and "AAAA" not in warning and len(warning) < 400, warning[:400]
     assert "not a policy Redis knows" in warning
+
+
+async def test_a_hostile_info_reply_does_not_hold_the_event_loop() -> None:
+    """The eviction check runs ``INFO memory`` for every new reader (every JobQueue at once
+    when the operator starts) and every 300 s. redis-py parsed the reply line by line in
+    Python, in the event loop every JobQueue, kopf's watches and the liveness endpoint share: an
+    8 MiB reply of short lines held it 0.5-0.8 s, and 10 JobQueues of one author held it for
+    5-11 s at once. The reply now stops at its 64 KiB cap, and the policy's line is found with
+    one search of the reply as it came."""
+    lines = b"".join(b"k%d:%d\r\n" % (i, i) for i in range(900_000))
+    info = lines[:8 * 1024 * 1024 - 4096]
+    info = b"# Memory\r\n" + info[:info.rfind(b"\r\n") + 2]
+    jobqueues = 10
+    async with stalling_server(10, info=info) as (port, _):
+        readers = [backlog.QueueReader(f"redis://127.0.0.1:{port}/0", queue=f"q{i}",
+                                       prefix="antre", timeout_s=30)
+                   for i in range(jobqueues)]
+        worst, stop = 0.0, asyncio.Event()
+
+        async def tick() -> None:  # stands for every other JobQueue's loop, kopf, /healthz
+            nonlocal worst
+            while not stop.is_set():
+                started = time.perf_counter()
+                await asyncio.sleep(0.01)
+                worst = max(worst, time.perf_counter() - started - 0.01)
+
+        ticker = asyncio.create_task(tick())
+        try:
+            results = await asyncio.gather(*(reader.eviction_warning() for reader in readers),
+                                           return_exceptions=True)
+        finally:
+            stop.set()
+            await ticker
+            for reader in readers:
+                await reader.close()
+    print(f"{jobqueues} hostile INFO replies: the loop stood still {worst:.3f} s at most")
+    assert all(isinstance(result, backlog.RedisReadError) for result in results), results
+    assert worst < 0.25, worst
+
+
+@pytest.mark.parametrize(("info", "policy"), [
+    ("# Memory\r\nused_memory:1\r\nmaxmemory_policy:allkeys-lru\r\nx:1\r\n", "allkeys-lru"),
+    ("maxmemory_policy:noeviction", "noeviction"),
+    ("a:1\nmaxmemory_policy: volatile-lru \n", "volatile-lru"),
+    ({"node-1:7000": "a:1\r\n", "node-2:7001": "maxmemory_policy:noeviction\r\n"}, "noeviction"),
+    ({"maxmemory_policy": "noeviction"}, "noeviction"),
+    ("# Memory\r\nnot_maxmemory_policy:noeviction\r\n", None),
+    ("", None),
+    ({"node-1:7000": "a:1\r\n"}, None),
+])
+def test_the_policy_is_found_in_info_as_the_server_sent_it(info: Any, policy: str | None) -> None:
+    if policy is None:
+        with pytest.raises(redis_checks.PolicyNotReported):
+            backlog.policy_in_info(info)
+    else:
+        assert backlog.policy_in_info(info) == policy
 
 
 def fill_the_largest_queue(client: redis.Redis, queue: str) -> None:
