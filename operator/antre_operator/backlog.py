@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Hashable
 from typing import Any, Final, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
@@ -20,7 +20,7 @@ import antre
 import redis.exceptions
 from antre import connection, redis_checks
 
-from antre_operator import reply_cap, spec, status
+from antre_operator import reply_cap, resolver, spec, status
 
 T = TypeVar("T")
 
@@ -101,8 +101,12 @@ class Reading:
 class QueueReader:
     """One Redis client for one JobQueue's queue; built per URL and closed when it changes."""
 
-    def __init__(self, url: str, *, queue: str, prefix: str, timeout_s: float) -> None:
+    def __init__(self, url: str, *, queue: str, prefix: str, timeout_s: float,
+                 jobqueue: Hashable | None = None) -> None:
+        """``jobqueue``: whose name lookups this reader's are (:mod:`resolver`); by default
+        the reader's own."""
         self.url = url
+        self.jobqueue: Hashable = self if jobqueue is None else jobqueue
         self.timeout_s = timeout_s
         self._client: Any = None
         self._queue: antre.AsyncQueue | None = None
@@ -149,7 +153,8 @@ class QueueReader:
         where = connection.redact(self.url)
         read = reply_cap.start(cap)  # every reply of this call counts against one cap
         try:
-            return await asyncio.wait_for(awaitable, timeout=self.timeout_s)
+            with resolver.lookups_for(self.jobqueue):
+                return await asyncio.wait_for(awaitable, timeout=self.timeout_s)
         except _NO_REDIS as exc:
             detail = (f"no answer within {self.timeout_s:g}s" if isinstance(exc, TimeoutError)
                       else f"{type(exc).__name__}: {exc}")

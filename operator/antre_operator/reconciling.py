@@ -395,7 +395,8 @@ class Reconciler:
         if self.reader is None or not self.reader.matches(url, jq.redis.queue, jq.redis.prefix):
             await self.close()
             self.reader = backlog.QueueReader(url, queue=jq.redis.queue, prefix=jq.redis.prefix,
-                                              timeout_s=self.state.settings.redis_timeout_s)
+                                              timeout_s=self.state.settings.redis_timeout_s,
+                                              jobqueue=(self.namespace, self.name))
             self.eviction_checked_at = None
         try:
             reading = await self.reader.read()

@@ -19,8 +19,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from antre_operator import resolver
 from antre_operator.backlog import QueueReader, RedisReadError
-from antre_operator.resolver import LOOKUP_THREADS, ResolvingLoop
+from antre_operator.resolver import LOOKUP_THREADS, LOOKUPS_PER_JOBQUEUE, ResolvingLoop
 
 HANGS = ".hangs.test"
 
@@ -119,5 +120,78 @@ def test_a_queue_whose_host_hangs_in_dns_holds_up_no_other(dns: HangingDns,
         finally:
             for reader in [*stuck, healthy]:
                 await reader.close()
+
+    in_operator_loop(scenario)
+
+
+def test_more_hanging_names_than_the_old_threads_hold_up_no_other_jobqueue(
+        dns: HangingDns, redis_url: str) -> None:
+    """The review's finding: the lookups were shared by name, but each name hanging took one of
+    64 threads, so 64 JobQueues of one author (their own DNS zone) starved every other
+    JobQueue's lookup: 70 of them made a healthy JobQueue's read time out. The threads for
+    JobQueues' lookups now start as needed, one JobQueue holding at most a few."""
+    hanging_queues = 100
+    port = urlsplit(redis_url).port
+
+    async def scenario() -> None:
+        stuck = [QueueReader(f"redis://queue-{n}{HANGS}:6379", queue="q", prefix="antre",
+                             timeout_s=0.05) for n in range(hanging_queues)]
+        healthy = QueueReader(f"redis://localhost:{port}", queue="q", prefix="antre",
+                              timeout_s=2)
+        try:
+            for _ in range(2):
+                await asyncio.gather(*(give_up_after(1, reader.read()) for reader in stuck))
+            started = time.monotonic()
+            reading = await healthy.read()
+            assert reading.numbers.ready == 0
+            assert time.monotonic() - started < 2
+            assert dns.blocked == hanging_queues  # each name hangs, once
+        finally:
+            for reader in [*stuck, healthy]:
+                await reader.close()
+
+    in_operator_loop(scenario)
+
+
+def test_one_jobqueue_holds_a_few_lookups_however_many_names_it_has(dns: HangingDns) -> None:
+    """One JobQueue's names (a Sentinel URL of many hosts, or a Sentinel of the author's own
+    naming a new host at every poll) hold at most LOOKUPS_PER_JOBQUEUE threads: a further
+    lookup of that JobQueue's fails at once, as a name that does not resolve does."""
+    names = 3 * LOOKUPS_PER_JOBQUEUE
+
+    async def scenario() -> None:
+        readers = [QueueReader(f"redis://host-{n}{HANGS}:6379", queue="q", prefix="antre",
+                               timeout_s=0.05, jobqueue=("team-a", "many-names"))
+                   for n in range(names)]
+        try:
+            errors = await asyncio.gather(*(reader.read() for reader in readers),
+                                          return_exceptions=True)
+            assert dns.blocked == LOOKUPS_PER_JOBQUEUE
+            refused = [error for error in errors if isinstance(error, RedisReadError)
+                       and "not looked up" in error.detail]
+            assert len(refused) == names - LOOKUPS_PER_JOBQUEUE, errors
+        finally:
+            for reader in readers:
+                await reader.close()
+
+    in_operator_loop(scenario)
+
+
+def test_lookups_of_no_jobqueue_have_threads_no_jobqueue_takes(
+        dns: HangingDns, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's lookups (the API server's name) are made for no JobQueue: they go on while every
+    thread for JobQueues' lookups hangs."""
+    monkeypatch.setattr(resolver, "LOOKUP_THREADS", 2 * LOOKUPS_PER_JOBQUEUE)
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        for jobqueue in range(2):
+            with resolver.lookups_for(jobqueue):
+                await asyncio.gather(*(
+                    give_up_after(0.05, loop.getaddrinfo(f"{jobqueue}-{n}{HANGS}", 6379))
+                    for n in range(LOOKUPS_PER_JOBQUEUE)))
+        assert dns.blocked == resolver.LOOKUP_THREADS
+        found = await asyncio.wait_for(loop.getaddrinfo("localhost", 443), 5)
+        assert found == dns.real("localhost", 443)
 
     in_operator_loop(scenario)
