@@ -4,7 +4,8 @@
 * JobQueue events wake that loop early when the spec changed (not on our own status writes);
 * child events (Deployments, CronJobs, Services labelled as ours) refresh the shared cache and
   wake the owner's loop when a child was deleted or its spec edited by someone else; their
-  watches carry a server-side label selector, so the cluster's other objects never reach us;
+  watches carry a server-side label selector, so the cluster's other objects never reach us,
+  and of the labelled ones only children of JobQueues served here are kept (anyone may label);
 * startup configures kopf and opens the API client and the metrics endpoint; cleanup closes them.
 
 Importing this module registers the handlers in kopf's default registry (``__main__`` does it).
@@ -20,13 +21,15 @@ from typing import Any
 import kopf
 import kubernetes
 
-from antre_operator import kube, reconciling, settings
+from antre_operator import kube, reconciling, rendering, settings
 
 logger = logging.getLogger(__name__)
 
 JOBQUEUES = (settings.GROUP, settings.VERSION, settings.PLURAL)
 OURS = {settings.LABEL_MANAGED_BY: settings.MANAGED_BY}
 OURS_SELECTOR = ",".join(f"{key}={value}" for key, value in OURS.items())
+#: Objects per page of kopf's initial lists (see configure_kopf).
+LIST_CHUNK_SIZE = 10
 CHILD_RESOURCES = {
     "Deployment": ("apps", "v1", "deployments"),
     "CronJob": ("batch", "v1", "cronjobs"),
@@ -62,6 +65,11 @@ def configure_kopf(kopf_settings: kopf.OperatorSettings, ours: settings.Operator
     # which wakes its JobQueue's loop to put the label back.
     for resource in CHILD_RESOURCES.values():
         kopf_settings.watching.label_selectors[resource] = OURS_SELECTOR
+    # The initial lists (at every start) in pages. Anyone who may create a Deployment may label
+    # one as ours, up to the API server's ~1.5 MiB an object: one answer holding them all is in
+    # memory about three times over while it is read and decoded (60 such objects of 1 MiB took
+    # the operator to 316 MiB at start; in pages of 10, 167 MiB). Pages cost a request each.
+    kopf_settings.watching.chunk_size = LIST_CHUNK_SIZE
     kopf_settings.networking.request_timeout = 60
     kopf_settings.networking.connect_timeout = 10
     # Peering (with --peering): a replica that stops renewing its keep-alive for this long is
@@ -138,20 +146,21 @@ def _child_changed(kind: str, event: kopf.RawEvent, body: kopf.Body, memo: Any) 
     state = _state(memo)
     meta = body.get("metadata") or {}
     key: reconciling.ChildKey = (kind, meta.get("namespace", ""), meta.get("name", ""))
-    deleted = event.get("type") == "DELETED"
-    applied = state.applied.get(key)
-    owner = (meta.get("labels") or {}).get(settings.LABEL_JOBQUEUE)
-    if deleted and applied is None and not (owner and state.serves(key[1], owner)):
-        # No JobQueue here will ask for it: keep no "known to be absent" marker, or every
-        # labelled object ever deleted would stay in memory.
+    if not state.keeps_child(key):
+        # No JobQueue here will ask for it: keep nothing, neither the object (anyone who may
+        # create a Deployment may label one as ours, as large as the API server takes) nor a
+        # "known to be absent" marker once deleted.
         state.drop_child(key)
         return
+    deleted = event.get("type") == "DELETED"
     if deleted:
         # The version the object left our watch at: a child whose label was edited away
         # stays (its DELETED event carries its last view with our label, at the new version).
         state.remember_child(key, None, gone_at=reconciling.resource_version_number(body))
     else:
-        state.remember_child(key, dict(body))
+        state.remember_child(key, body)
+    applied = state.applied.get(key)
+    owner = rendering.jobqueue_of_child(kind, key[2])
     if applied is None or owner is None:
         return
     if deleted or applied.edited_by_hand(body):

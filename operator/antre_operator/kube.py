@@ -10,6 +10,7 @@ before and no longer applies; fields others set (labels, annotations) stay their
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -198,15 +199,53 @@ def resource_version(obj: Mapping[str, Any] | None) -> str | None:
     return None if value is None else str(value)
 
 
+#: Where a :func:`child_view` carries the written state of the object it was made from (no
+#: object the API server sends has such a top-level field).
+WRITTEN_STATE: Final = "antre.dev/written-state"
+#: The metadata a :func:`child_view` keeps: identity and order (uid, resourceVersion), hand edits
+#: (generation), and what :func:`ours` reads (labels, ownerReferences).
+_VIEW_METADATA: Final = ("name", "namespace", "uid", "resourceVersion", "generation", "labels",
+                         "ownerReferences")
+
+
 def written_state(obj: Mapping[str, Any] | None) -> str | None:
     """What of a child anyone but its controllers writes: spec, labels, annotations and owners,
-    exactly as the API server returned them (None: no object). Status is left out: the
-    Deployment controller rewrites it as pods come and go, which is no reason to apply again."""
+    exactly as the API server returned them, as a digest (None: no object). Status is left out:
+    the Deployment controller rewrites it as pods come and go, which is no reason to apply
+    again. A digest, not the text: the operator keeps one per child, and a child's spec may be
+    large (the user's env)."""
     if obj is None:
         return None
+    kept = obj.get(WRITTEN_STATE)
+    if isinstance(kept, str):
+        return kept
     meta = obj.get("metadata") or {}
-    return json.dumps([obj.get("spec"), meta.get("labels"), meta.get("annotations"),
+    text = json.dumps([obj.get("spec"), meta.get("labels"), meta.get("annotations"),
                        meta.get("ownerReferences")], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def child_view(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What the operator keeps of a child between steps, instead of the whole object: its
+    identity and version, labels and owners (:func:`ours`), generation (a hand edit),
+    spec.replicas, status (availability, the reaper's runs) and the digest of its written state
+    (:func:`written_state` of the view is that of ``obj``). The rest (pod template, annotations,
+    managedFields) is what someone else may make large, and no decision reads it; managedFields
+    stay only while :func:`upgraded_managed_fields` has work to do. A copy: nothing is shared
+    with ``obj``."""
+    meta = obj.get("metadata") or {}
+    kept = {key: meta[key] for key in _VIEW_METADATA if key in meta}
+    if upgraded_managed_fields(obj) is not None:
+        kept["managedFields"] = meta["managedFields"]
+    view: dict[str, Any] = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                            "metadata": kept, WRITTEN_STATE: written_state(obj)}
+    spec = obj.get("spec")
+    if isinstance(spec, Mapping) and "replicas" in spec:
+        view["spec"] = {"replicas": spec["replicas"]}
+    if obj.get("status") is not None:
+        view["status"] = obj["status"]
+    copied: dict[str, Any] = json.loads(json.dumps(view))
+    return copied
 
 
 def _merged_fields(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:

@@ -90,8 +90,8 @@ class Applied:
 
     manifest: dict[str, Any]
     written: str | None
-    """The child as the apply left it (``kube.written_state``); None while the apply is in
-    flight: its own watch event must not pass for a hand edit."""
+    """The child as the apply left it (the digest ``kube.written_state``); None while the apply
+    is in flight: its own watch event must not pass for a hand edit."""
     generation: int | None
     """metadata.generation after the apply: the API server raises it on every change of the
     spec (a hand edit of replicas, image, env), never for status or metadata."""
@@ -146,7 +146,8 @@ class OperatorState:
     metrics: metrics.Metrics = dataclasses.field(default_factory=metrics.Metrics)
     kube: kube.KubeClient | None = None
     children: dict[ChildKey, dict[str, Any] | None] = dataclasses.field(default_factory=dict)
-    """Last seen body of each child (None: known to be absent), from watches and our writes."""
+    """Last seen view of each child of a JobQueue served here (``kube.child_view``; None: known
+    to be absent), from watches, reads and our writes."""
     applied: dict[ChildKey, Applied] = dataclasses.field(default_factory=dict)
     """The operator's last apply per child: to skip it at rest and to tell hand edits."""
     spec_fingerprints: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
@@ -174,7 +175,7 @@ class OperatorState:
             self.gone_at[key] = gone_at
         else:
             self.gone_at.pop(key, None)
-        self.children[key] = None if body is None else json.loads(json.dumps(body))
+        self.children[key] = None if body is None else kube.child_view(body)
 
     def drop_child(self, key: ChildKey) -> None:
         """No view of the child at all: the next step reads it from the API server."""
@@ -184,6 +185,17 @@ class OperatorState:
     def serves(self, namespace: str, name: str) -> bool:
         """Whether the JobQueue is one this process has seen and not forgotten."""
         return (namespace, name) in self.spec_fingerprints
+
+    def keeps_child(self, key: ChildKey) -> bool:
+        """Whether a watch event of ``key`` is worth keeping: a child the operator applied, or
+        an object under a child's name of a JobQueue served here (its own, or a stranger's in
+        the way). The watches bring every object labelled as ours, and anyone who may create a
+        Deployment anywhere may label one so: those of no JobQueue here cost nothing. A child
+        whose event came before its JobQueue's is read by the JobQueue's first step."""
+        if key in self.applied:
+            return True
+        owner = rendering.jobqueue_of_child(key[0], key[2])
+        return owner is not None and self.serves(key[1], owner)
 
     def spec_changed(self, namespace: str, name: str, spec_body: Any) -> bool:
         fingerprint = json.dumps(spec_body, sort_keys=True, default=str)
@@ -341,6 +353,7 @@ class Reconciler:
                     self._scaled(body, current, decision)
 
         self._export(jq, reading, current, decision.replicas)
+        await self._observe_status_children(jq)
         workers = None if applied is None else await self._workers(body, jq, uid, applied)
         observation = status.Observation(
             generation=generation, problem=problem, redis_error=redis_error,
@@ -546,6 +559,22 @@ class Reconciler:
             live = await self.kube.get(*key)
             self.state.remember_child(key, live)
         return live  # type: ignore[no-any-return]
+
+    async def _observe_status_children(self, jq: spec.JobQueueSpec) -> None:
+        """The children the status reads beside the worker (the reaper, the API), read once if
+        nothing is known of them: a step that applied nothing (a refused URL or child) has not
+        read them, and after a restart their watch events may have come before the JobQueue's,
+        and were not kept (``OperatorState.keeps_child``). Once read, the watch keeps them
+        current; a failed read leaves them unobserved this step."""
+        keys: list[ChildKey] = [("CronJob", self.namespace, rendering.reaper_name(jq.name))]
+        if jq.api.enabled:
+            keys.append(("Deployment", self.namespace, rendering.api_name(jq.name)))
+        for key in keys:
+            try:
+                await self._observed(key)
+            except kube.KubeError as exc:
+                logger.info("%s/%s: %s %s not read: %s", self.namespace, self.name, key[0],
+                            key[2], exc)
 
     async def _apply_children(self, body: Any, jq: spec.JobQueueSpec, uid: str,
                               replicas: int, reaper_at_rest: bool) -> None:

@@ -45,6 +45,17 @@ def child_names(jobqueue: str) -> tuple[tuple[str, str], ...]:
             ("Deployment", api_name(jobqueue)), ("Service", api_name(jobqueue)))
 
 
+def jobqueue_of_child(kind: str, name: str) -> str | None:
+    """The JobQueue whose child (see :func:`child_names`) an object of ``kind`` named ``name``
+    would be, or None: ``q-worker`` -> ``q``. Each kind's suffixes are distinct, so there is at
+    most one."""
+    for child_kind, suffix in child_names(""):
+        owner = name.removesuffix(suffix)
+        if child_kind == kind and owner and owner != name:
+            return owner
+    return None
+
+
 #: A Service's name (RFC 1035 label): a JobQueue's own name may also hold dots or start with a
 #: digit, which its API's Service could not.
 _SERVICE_NAME_RE: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")

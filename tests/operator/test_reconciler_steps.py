@@ -228,6 +228,40 @@ async def test_an_unreadable_worker_deployment_is_not_patched(
     assert not [e for e in events if e["reason"] == "Scaled"]
 
 
+async def test_children_whose_events_came_before_their_jobqueues_are_read_by_its_first_step(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """At start the watches list children and JobQueues in any order, and the event of a child
+    whose JobQueue is not served yet is not kept (``OperatorState.keeps_child``). The first
+    step reads what it needs instead: the worker's replicas (Redis down: kept, never 0), and the
+    reaper's last run for the status, also when no child could be applied (the API server
+    failed the worker's apply here)."""
+    fake = FlakyKube("PATCH", "/deployments/early-worker")
+    live_worker(fake, "early", 3)
+    fake.put("CronJob", NS, "early-reaper", {
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"labels": {settings.LABEL_MANAGED_BY: settings.MANAGED_BY,
+                                settings.LABEL_JOBQUEUE: "early"},
+                     "ownerReferences": [jobqueue_ref("early", JOBQUEUE_UID)]},
+        "spec": {"schedule": "* * * * *"},
+        "status": {"lastScheduleTime": "2030-01-01T00:01:00Z",
+                   "lastSuccessfulTime": "2030-01-01T00:00:04Z"}})
+    rec, _ = reconciler(monkeypatch, fake, namespace=NS, name="early")
+    for kind, name in (("Deployment", "early-worker"), ("CronJob", "early-reaper")):
+        live = fake.live(kind, NS, name)
+        assert live is not None
+        handlers._child_changed(kind, {"type": None, "object": live}, live, {"state": rec.state})
+    assert rec.state.children == {}, "kept before the JobQueue is served"
+    body = jobqueue_body("early", NS, spec_for(f"redis://127.0.0.1:{free_port()}/0"))
+    rec.state.spec_changed(NS, "early", body["spec"])  # the JobQueue's own event
+    async with closing(rec):
+        await rec.step(body)
+    [status_patch] = [w[2]["status"] for w in fake.requests if w[1].endswith("/early/status")]
+    conditions = {c["type"]: c for c in status_patch["conditions"]}
+    assert conditions["Ready"]["reason"] == "ApplyFailed"
+    assert conditions["ReaperSucceeding"]["reason"] == "LastRunFailed"
+    assert status_patch["desiredReplicas"] == 3
+
+
 async def test_a_deleted_strangers_object_no_longer_blocks_nor_counts(
         monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeKube()
