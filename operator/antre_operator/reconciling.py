@@ -340,7 +340,8 @@ class Reconciler:
             return interval
         except kube.KubeError as exc:
             applied = None
-            named = rendering.spec_fields_named(str(exc))
+            named = rendering.spec_fields_named(
+                str(exc), worker_env_start=rendering.worker_env_start(jq))
             behind = f" (from {', '.join(named)})" if named else ""
             problem = problem or status.Problem("ApplyFailed",
                                                 f"applying the children{behind}: {exc}")

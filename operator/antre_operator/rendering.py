@@ -229,8 +229,10 @@ _TEMPLATE_PATH: Final = re.compile(r"\bspec\.(?:jobTemplate\.spec\.)?template\.(
 _CHILD_FIELDS_FROM_SPEC: Final = {"spec.schedule": "spec.reaper.schedule"}
 _CHILD_PATH: Final = re.compile(r"(?<![\w.])(spec\.schedule)\b")
 #: A container's fields that come from the JobQueue: its resources (each component has its
-#: own) and, in the worker's, the user's env entries.
-_CONTAINER_PATH: Final = re.compile(r"^spec\.(?:initC|c)ontainers\[[^\]]*\]\.(env|resources)\b")
+#: own) and, in the worker's, the user's env entries (``env[12].valueFrom...``: the index and
+#: the rest of the path).
+_CONTAINER_PATH: Final = re.compile(
+    r"^spec\.(?:initC|c)ontainers\[[^\]]*\]\.(env|resources)\b(?:\[(\d+)\]([\w.]*))?")
 #: The child an API server's validation error is about: ``Deployment.apps "q-api" is invalid``.
 _REFUSED_CHILD: Final = re.compile(r'"[^"]*-(worker|api)" is invalid')
 
@@ -244,11 +246,14 @@ def _component(message: str, template_path: str) -> str:
     return named.group(1) if named else "worker"
 
 
-def spec_fields_named(message: str) -> list[str]:
+def spec_fields_named(message: str, *, worker_env_start: int | None = None) -> list[str]:
     """The JobQueue fields behind the child paths an API server's refusal names
     (``spec.template.spec.affinity.nodeAffinity...`` -> ``spec.worker.affinity``,
     ``...containers[0].resources.requests`` of the API's Deployment -> ``spec.api.resources``,
-    a CronJob's ``spec.schedule`` -> ``spec.reaper.schedule``), in order."""
+    a CronJob's ``spec.schedule`` -> ``spec.reaper.schedule``), in order. With
+    ``worker_env_start`` (:func:`worker_env_start`), a worker's ``env[N]`` is named as the
+    JobQueue's own entry: ``...env[12].valueFrom.fieldRef`` -> ``spec.worker.env[0].valueFrom.
+    fieldRef`` when the operator's entries are the first 12."""
     found: list[str] = []
 
     def add(jobqueue_field: str) -> None:
@@ -269,8 +274,16 @@ def spec_fields_named(message: str) -> list[str]:
         if container.group(1) == "resources":
             add(f"spec.{component}.resources")
         elif component == "worker":  # the other containers' env is the operator's alone
-            add("spec.worker.env")
+            add(_user_env_field(container, worker_env_start))
     return found
+
+
+def _user_env_field(container: re.Match[str], worker_env_start: int | None) -> str:
+    """``spec.worker.env``, with the user's index and the rest of the path when known."""
+    index = container.group(2)
+    if worker_env_start is None or index is None or int(index) < worker_env_start:
+        return "spec.worker.env"
+    return f"spec.worker.env[{int(index) - worker_env_start}]{container.group(3)}"
 
 
 def _pod_template(jobqueue: str, component: str, worker: spec.WorkerSpec,
@@ -281,8 +294,8 @@ def _pod_template(jobqueue: str, component: str, worker: spec.WorkerSpec,
     return {"metadata": metadata, "spec": pod}
 
 
-def render_worker_deployment(jq: spec.JobQueueSpec, owner_uid: str, *, replicas: int) -> Manifest:
-    """The worker pool; ``replicas`` is the operator's decision (autoscaler or spec.replicas)."""
+def _operator_worker_env(jq: spec.JobQueueSpec) -> list[dict[str, Any]]:
+    """The worker container's env entries the operator sets, before the user's spec.worker.env."""
     worker = jq.worker
     env = [
         *_redis_env(jq),
@@ -294,6 +307,18 @@ def render_worker_deployment(jq: spec.JobQueueSpec, owner_uid: str, *, replicas:
     ]
     if worker.handlers:
         env.append({"name": "ANTRE_HANDLERS", "value": worker.handlers})
+    return env
+
+
+def worker_env_start(jq: spec.JobQueueSpec) -> int:
+    """The index in the worker container's env of spec.worker.env[0]."""
+    return len(_operator_worker_env(jq))
+
+
+def render_worker_deployment(jq: spec.JobQueueSpec, owner_uid: str, *, replicas: int) -> Manifest:
+    """The worker pool; ``replicas`` is the operator's decision (autoscaler or spec.replicas)."""
+    worker = jq.worker
+    env = _operator_worker_env(jq)
     # The API server drops an empty value: render "" as absent, or it would drift every poll.
     env.extend({k: v for k, v in item.items() if not (k == "value" and v == "")}
                for item in worker.env)

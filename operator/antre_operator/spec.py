@@ -50,6 +50,20 @@ SECRET_KEY_RE: Final = re.compile(r"^[-._a-zA-Z0-9]+$")
 #: Environment variables the operator sets itself; a user value would silently fight ours.
 RESERVED_ENV_PREFIXES: Final = ("ANTRE_",)
 RESERVED_ENV_NAMES: Final = frozenset({"POD_NAME"})
+#: An environment variable's name as the API server takes it: printable ASCII but '=' (since
+#: Kubernetes 1.32, by default; an older one also refuses names outside [-._a-zA-Z][-._a-zA-Z0-9]*
+#: and the refusal is reported as ApplyFailed, naming the entry). The CRD has the same pattern.
+ENV_NAME_RE: Final = re.compile(r"^[ -<>-~]+$")
+#: The fields of one spec.worker.env entry, as in a container's env.
+ENV_FIELDS: Final = ("name", "value", "valueFrom")
+#: valueFrom's sources: each one's required fields, then its optional ones (as in a Pod; the
+#: CRD has the same, a test keeps them equal).
+ENV_SOURCES: Final[Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
+    "secretKeyRef": (("name", "key"), ("optional",)),
+    "configMapKeyRef": (("name", "key"), ("optional",)),
+    "fieldRef": (("fieldPath",), ("apiVersion",)),
+    "resourceFieldRef": (("resource",), ("containerName", "divisor")),
+}
 
 
 class InvalidSpec(ValueError):
@@ -390,16 +404,78 @@ def _parse_redis(spec: Mapping[str, Any], name: str) -> RedisSpec:
 
 
 def _parse_env(section: Mapping[str, Any], path: str) -> list[Mapping[str, Any]]:
+    """spec.worker.env: entries of a container's env, checked as the API server checks them
+    (the worker Deployment counts the operator's own entries first, so its refusal would name
+    another index) and refused where they name what the operator sets."""
     env = _list_of_objects(section, "env", path)
     for index, item in enumerate(env):
-        env_name = item.get("name")
-        if not isinstance(env_name, str) or not env_name:
-            raise InvalidSpec(f"{path}.env[{index}].name", env_name, "must be a non-empty string")
-        if env_name in RESERVED_ENV_NAMES or env_name.startswith(RESERVED_ENV_PREFIXES):
-            raise InvalidSpec(f"{path}.env[{index}].name", env_name,
-                              "is set by the operator from the JobQueue spec; use the spec field "
-                              "instead (names starting with ANTRE_ and POD_NAME are reserved)")
+        _check_env_entry(item, f"{path}.env[{index}]")
     return env
+
+
+def _check_env_entry(item: Mapping[str, Any], path: str) -> None:
+    unknown = sorted(str(key) for key in item if key not in ENV_FIELDS)
+    if unknown:  # names only: a value may be a secret
+        raise InvalidSpec(path, unknown, "an env entry takes only name, value and valueFrom")
+    env_name = item.get("name")
+    if not isinstance(env_name, str) or not ENV_NAME_RE.fullmatch(env_name):
+        raise InvalidSpec(f"{path}.name", env_name,
+                          "must be a non-empty string of printable ASCII characters but '='")
+    if env_name in RESERVED_ENV_NAMES or env_name.startswith(RESERVED_ENV_PREFIXES):
+        raise InvalidSpec(f"{path}.name", env_name,
+                          "is set by the operator from the JobQueue spec; use the spec field "
+                          "instead (names starting with ANTRE_ and POD_NAME are reserved)")
+    given = [key for key in ("value", "valueFrom") if item.get(key) is not None]
+    if len(given) != 1:
+        raise InvalidSpec(path, given, 'give exactly one of value (an empty one is value: "") '
+                                       "and valueFrom")
+    if "value" in given:
+        if not isinstance(item["value"], str):
+            raise InvalidSpec(f"{path}.value", item["value"],
+                              'must be a string (quote numbers and booleans: "8080", "true")')
+        return
+    _check_env_source(item["valueFrom"], f"{path}.valueFrom")
+
+
+def _check_env_source(value_from: Any, path: str) -> None:
+    sources = list(ENV_SOURCES)
+    if not isinstance(value_from, Mapping):
+        raise InvalidSpec(path, value_from, f"must be an object with one of {sources}")
+    given = [str(key) for key in value_from if value_from[key] is not None]
+    if len(given) != 1 or given[0] not in ENV_SOURCES:
+        raise InvalidSpec(path, given, f"give exactly one of {sources}")
+    [source] = given
+    ref, where = value_from[source], f"{path}.{source}"
+    required, optional = ENV_SOURCES[source]
+    if not isinstance(ref, Mapping):
+        raise InvalidSpec(where, ref, f"must be an object {{{', '.join(required + optional)}}}")
+    unknown = sorted(str(key) for key in ref if key not in required + optional)
+    if unknown:
+        raise InvalidSpec(where, unknown, f"takes only {', '.join(required + optional)}")
+    for key in required:
+        if ref.get(key) is None:
+            raise InvalidSpec(f"{where}.{key}", None,
+                              f"is required: {source} needs {' and '.join(required)}")
+    if source in ("secretKeyRef", "configMapKeyRef"):
+        kind = "Secret" if source == "secretKeyRef" else "ConfigMap"
+        _object_name(ref, "name", where, kind=kind)
+        _str(ref, "key", where, pattern=SECRET_KEY_RE)
+        if len(ref["key"]) > OBJECT_NAME_MAX:
+            raise InvalidSpec(f"{where}.key", ref["key"],
+                              f"must be at most {OBJECT_NAME_MAX} characters")
+        _bool(ref, "optional", where, default=False)
+    elif source == "fieldRef":
+        _str(ref, "fieldPath", where)
+        _str(ref, "apiVersion", where)
+    elif source == "resourceFieldRef":
+        _str(ref, "resource", where)
+        if not isinstance(ref.get("containerName", ""), str):
+            raise InvalidSpec(f"{where}.containerName", ref["containerName"], "must be a string")
+        divisor = ref.get("divisor")
+        if divisor is not None and (isinstance(divisor, bool) or not isinstance(divisor, int | str)
+                                    or divisor == ""):
+            raise InvalidSpec(f"{where}.divisor", divisor,
+                              "must be a quantity: an integer or a string such as 1m or 1Mi")
 
 
 def _parse_worker(spec: Mapping[str, Any]) -> WorkerSpec:

@@ -9,8 +9,10 @@ Aspects covered:
   message, and the operator's own parser refuses them too;
 * every reaper schedule the CRD admits is one the CronJob API admits (and the other way round for
   the cases tried): a schedule the CronJob would refuse never gets past the JobQueue;
-* the API server's refusals of children rendered from free-form fields (resources, env) and of
-  a CronJob schedule name the JobQueue field behind them (what ApplyFailed quotes).
+* the API server's refusals of children rendered from free-form fields (resources), of what
+  the CRD leaves to it in env entries (which fieldPath, which resource) and of a CronJob
+  schedule name the JobQueue field behind them (what ApplyFailed quotes), an env entry by the
+  JobQueue's own index.
 """
 
 from __future__ import annotations
@@ -134,6 +136,15 @@ GOOD = [
                              "tolerations": [{"key": "k", "operator": "Exists"}],
                              "podAnnotations": {"team": "media"}}}, id="worker-extras"),
     pytest.param({"api": {"enabled": True, "tokenSecretRef": {"name": "t"}}}, id="api"),
+    pytest.param({"worker": {"env": [
+        {"name": "EMPTY", "value": ""},
+        {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "k", "optional": True}}},
+        {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "level"}}},
+        {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory",
+                                                           "divisor": "1Mi"}}},
+        {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu",
+                                                           "divisor": 1}}}]}}, id="env-sources"),
 ]
 
 
@@ -224,6 +235,29 @@ BAD = [
                  "the minute field takes 0-59", id="cron-minute-61"),
     pytest.param({"reaper": {"schedule": "0 9-5 * * *"}}, "spec.reaper.schedule",
                  "a range a-b needs a <= b", id="cron-reversed-range"),
+    # Review finding: env entries were free-form, so this one reached the worker Deployment and
+    # its refusal named env[12], an index counting the operator's own entries.
+    pytest.param({"worker": {"env": [{"name": "FROM_SECRET",
+                                      "valueFrom": {"secretKeyRef": {"name": "redis-url"}}}]}},
+                 "spec.worker.env[0].valueFrom.secretKeyRef.key", "Required value",
+                 id="env-secret-without-key"),
+    pytest.param({"worker": {"env": [{"name": "A", "value": "1"}, {"name": "B"}]}},
+                 "spec.worker.env[1]", "give exactly one of value", id="env-without-value"),
+    pytest.param({"worker": {"env": [{"name": "B", "value": "1",
+                                      "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]}},
+                 "spec.worker.env[0]", "give exactly one of value", id="env-value-and-value-from"),
+    pytest.param({"worker": {"env": [{"name": "B", "valueFrom": {
+        "fieldRef": {"fieldPath": "spec.nodeName"},
+        "secretKeyRef": {"name": "s", "key": "k"}}}]}},
+                 "spec.worker.env[0].valueFrom", "give exactly one of secretKeyRef",
+                 id="env-two-sources"),
+    pytest.param({"worker": {"env": [{"name": "R", "valueFrom": {"resourceFieldRef": {}}}]}},
+                 "spec.worker.env[0].valueFrom.resourceFieldRef.resource", "Required value",
+                 id="env-resource-without-resource"),
+    pytest.param({"worker": {"env": [{"name": "ANTRE_CONCURRENCY", "value": "9"}]}},
+                 "spec.worker.env[0].name", "are set by the operator", id="env-reserved-name"),
+    pytest.param({"worker": {"env": [{"name": "A=B", "value": "1"}]}},
+                 "spec.worker.env[0].name", "should match", id="env-name-with-equals"),
 ]
 
 
@@ -316,25 +350,29 @@ def test_schedules_the_crd_refuses(cluster: Cluster, crds: None, module_namespac
 def test_a_refused_child_names_the_jobqueue_field_behind_it(
         cluster: Cluster, crds: None, module_namespace: str) -> None:
     """The API server's own refusals of children rendered from free-form JobQueue fields (the
-    CRD and the parser leave resources and env to it), and of a CronJob schedule: ApplyFailed
-    names the JobQueue field behind each."""
+    CRD and the parser leave resources, and which pod field an env entry reads, to it), and of
+    a CronJob schedule: ApplyFailed names the JobQueue field behind each."""
     api = {"enabled": True, "tokenSecretRef": {"name": "api-token"},
            "resources": {"requests": {"memory": "1Gi"}, "limits": {"memory": "1Mi"}}}
     body = jobqueue(
         api=api, reaper={"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}},
         worker={"handlers": "antre.example_handlers",
                 "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}},
-                "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "Bad_Name",
-                                                                         "key": "k"}}}]})
-    children = rendering.render_children(parse(body, module_namespace), "uid", replicas=1)
+                "env": [{"name": "A", "value": "1"}, {"name": "WHERE", "valueFrom": {
+                    "fieldRef": {"fieldPath": "metadata.bogus"}}}]})
+    jq = parse(body, module_namespace)
+    children = rendering.render_children(jq, "uid", replicas=1)
     named = {}
     for manifest in children.present:
         if manifest["kind"] == "Service":
             continue
         accepted, error, _ = dry_run_create(cluster, manifest, module_namespace)
         assert not accepted, manifest["metadata"]["name"]
-        named[manifest["metadata"]["name"]] = rendering.spec_fields_named(error)
-    assert named == {"emails-worker": ["spec.worker.env", "spec.worker.resources"],
+        named[manifest["metadata"]["name"]] = rendering.spec_fields_named(
+            error, worker_env_start=rendering.worker_env_start(jq))
+    # The worker's env holds the operator's entries first: the JobQueue's own index is named.
+    assert named == {"emails-worker": ["spec.worker.env[1].valueFrom.fieldRef.fieldPath",
+                                       "spec.worker.resources"],
                      "emails-reaper": ["spec.reaper.resources"],
                      "emails-api": ["spec.api.resources"]}, named
 

@@ -293,3 +293,30 @@ def refused(child: str, error: str, fields: list[str], id_: str) -> Any:
 def test_a_refusal_names_the_jobqueue_fields_behind_the_childs_paths(
         message: str, fields: list[str]) -> None:
     assert rendering.spec_fields_named(message) == fields
+
+
+@pytest.mark.parametrize(("message", "fields"), [
+    refused("q-worker", "spec.template.spec.containers[0].env[13].valueFrom.fieldRef.fieldPath: "
+            'Unsupported value: "metadata.bogus"',
+            ["spec.worker.env[1].valueFrom.fieldRef.fieldPath"], "users-second-entry"),
+    refused("q-worker", 'spec.template.spec.containers[0].env[12].name: Invalid value: "1A"',
+            ["spec.worker.env[0].name"], "users-first-entry"),
+    refused("q-worker", 'spec.template.spec.containers[0].env[3].value: Invalid value: "x"',
+            ["spec.worker.env"], "one-of-the-operators-own"),
+    refused("q-api", "spec.template.spec.containers[0].env[13].valueFrom.secretKeyRef.name: "
+            'Invalid value: "x"', [], "api-env-is-ours"),
+])
+def test_a_refused_env_entry_is_named_by_the_jobqueues_own_index(
+        message: str, fields: list[str]) -> None:
+    """Review finding: the worker container's env holds the operator's entries first, so the
+    API server's env[13] was the JobQueue's spec.worker.env[1] (here the operator has 12)."""
+    assert rendering.spec_fields_named(message, worker_env_start=12) == fields
+
+
+def test_the_users_env_entries_start_where_the_operator_says() -> None:
+    jq = parse(FULL)
+    [worker] = [m for m in rendering.render_children(jq, OWNER_UID, replicas=1).present
+                if m["metadata"]["name"] == "thumbnails-worker"]
+    env = worker["spec"]["template"]["spec"]["containers"][0]["env"]
+    start = rendering.worker_env_start(jq)
+    assert env[start:] == list(jq.worker.env) and start > 0

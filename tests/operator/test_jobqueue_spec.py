@@ -1,7 +1,8 @@
 """Parsing a JobQueue spec: defaults, and errors that name the field, the value and the rule.
 
 Aspects: defaults of a minimal spec; every section of a full spec; bad input the schema may let
-through (objects not defaulted by the API server, passwords in URLs, reserved env names).
+through (objects not defaulted by the API server, passwords in URLs, reserved env names); env
+entries checked as a container's env is, each error naming the JobQueue's own index.
 """
 
 from __future__ import annotations
@@ -163,3 +164,108 @@ def test_both_urls_given_names_the_fields_never_the_url() -> None:
         parse(sample(MINIMAL, redis={"url": "redis://:hunter2@r:6379/0",
                                      "urlSecretRef": {"name": "s"}}))
     assert "hunter2" not in str(info.value) and "urlSecretRef" in str(info.value)
+
+
+def env(*items: dict[str, Any]) -> dict[str, Any]:
+    return {"worker": {"env": list(items)}}
+
+
+SECRET_KEY = {"secretKeyRef": {"name": "s3", "key": "key"}}
+
+
+@pytest.mark.parametrize("item, field, value, fragment", [
+    # Review finding: passed the CRD, and ended as ApplyFailed naming env[12], an index that
+    # counted the operator's own entries, without the entry's value.
+    pytest.param({"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "redis-url"}}},
+                 "spec.worker.env[1].valueFrom.secretKeyRef.key", None,
+                 "is required: secretKeyRef needs name and key", id="secret-without-key"),
+    pytest.param({"name": "C", "valueFrom": {"configMapKeyRef": {"key": "k"}}},
+                 "spec.worker.env[1].valueFrom.configMapKeyRef.name", None,
+                 "configMapKeyRef needs name and key", id="config-map-without-name"),
+    pytest.param({"name": "S", "valueFrom": {"secretKeyRef": {"name": "Bad_Name", "key": "k"}}},
+                 "spec.worker.env[1].valueFrom.secretKeyRef.name", "Bad_Name",
+                 "must be the name of a Secret", id="secret-name"),
+    pytest.param({"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "a/b"}}},
+                 "spec.worker.env[1].valueFrom.secretKeyRef.key", "a/b", "must match",
+                 id="secret-key"),
+    pytest.param({"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k",
+                                                              "optional": "yes"}}},
+                 "spec.worker.env[1].valueFrom.secretKeyRef.optional", "yes", "true or false",
+                 id="optional-not-a-bool"),
+    pytest.param({"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k",
+                                                              "keys": "x"}}},
+                 "spec.worker.env[1].valueFrom.secretKeyRef", ["keys"],
+                 "takes only name, key, optional", id="unknown-ref-field"),
+    pytest.param({"name": "F", "valueFrom": {"fieldRef": {"apiVersion": "v1"}}},
+                 "spec.worker.env[1].valueFrom.fieldRef.fieldPath", None,
+                 "fieldRef needs fieldPath", id="field-ref-without-path"),
+    pytest.param({"name": "R", "valueFrom": {"resourceFieldRef": {"divisor": "1Mi"}}},
+                 "spec.worker.env[1].valueFrom.resourceFieldRef.resource", None,
+                 "resourceFieldRef needs resource", id="resource-ref-without-resource"),
+    pytest.param({"name": "R", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory",
+                                                                  "divisor": True}}},
+                 "spec.worker.env[1].valueFrom.resourceFieldRef.divisor", True,
+                 "must be a quantity", id="divisor"),
+    pytest.param({"name": "X", "valueFrom": {}}, "spec.worker.env[1].valueFrom", [],
+                 "give exactly one of ['secretKeyRef', 'configMapKeyRef', 'fieldRef', "
+                 "'resourceFieldRef']", id="no-source"),
+    pytest.param({"name": "X", "valueFrom": {"secretKeyref": {"name": "s", "key": "k"}}},
+                 "spec.worker.env[1].valueFrom", ["secretKeyref"], "give exactly one of",
+                 id="misspelt-source"),
+    pytest.param({"name": "X", "valueFrom": {**SECRET_KEY, "fieldRef": {"fieldPath": "x"}}},
+                 "spec.worker.env[1].valueFrom", ["secretKeyRef", "fieldRef"],
+                 "give exactly one of", id="two-sources"),
+    pytest.param({"name": "X", "valueFrom": "s3"}, "spec.worker.env[1].valueFrom", "s3",
+                 "must be an object with one of", id="source-not-an-object"),
+    pytest.param({"name": "X", "value": "1", "valueFrom": SECRET_KEY}, "spec.worker.env[1]",
+                 ["value", "valueFrom"], "give exactly one of value", id="value-and-value-from"),
+    pytest.param({"name": "X"}, "spec.worker.env[1]", [],
+                 'give exactly one of value (an empty one is value: "") and valueFrom',
+                 id="neither"),
+    pytest.param({"name": "X", "value": 8080}, "spec.worker.env[1].value", 8080,
+                 "must be a string", id="value-not-a-string"),
+    pytest.param({"name": "X", "vaule": "1"}, "spec.worker.env[1]", ["vaule"],
+                 "takes only name, value and valueFrom", id="unknown-field"),
+    pytest.param({"value": "1"}, "spec.worker.env[1].name", None, "must be a non-empty string",
+                 id="no-name"),
+    pytest.param({"name": "A=B", "value": "1"}, "spec.worker.env[1].name", "A=B",
+                 "printable ASCII characters but '='", id="name-with-equals"),
+    pytest.param({"name": "A\nB", "value": "1"}, "spec.worker.env[1].name", "A\nB",
+                 "printable ASCII", id="name-with-newline"),
+    pytest.param({"name": "ANTRE_CONCURRENCY", "value": "9"}, "spec.worker.env[1].name",
+                 "ANTRE_CONCURRENCY", "reserved", id="reserved"),
+])
+def test_a_bad_env_entry_names_its_own_index_the_value_and_what_is_allowed(
+        item: dict[str, Any], field: str, value: Any, fragment: str) -> None:
+    with pytest.raises(spec.InvalidSpec) as info:
+        parse(sample(MINIMAL, **env({"name": "FIRST", "value": "ok"}, item)))
+    assert (info.value.field, info.value.value) == (field, value)
+    assert fragment in str(info.value), str(info.value)
+    assert str(info.value).startswith(f"{field}: got {value!r}; ")
+    assert "\n" not in str(info.value)  # one line
+
+
+def test_an_env_value_is_never_shown_in_an_error() -> None:
+    """An env value may be a secret written in the clear: structural errors name the fields."""
+    with pytest.raises(spec.InvalidSpec) as info:
+        parse(sample(MINIMAL, **env({"name": "X", "value": "hunter2", "valueFrom": SECRET_KEY})))
+    assert "hunter2" not in str(info.value)
+
+
+@pytest.mark.parametrize("item", [
+    {"name": "PLAIN", "value": "1"},
+    {"name": "EMPTY", "value": ""},
+    {"name": "my.var-1 with spaces", "value": "x"},
+    {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "key.json",
+                                                 "optional": True}}},
+    {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "level"}}},
+    {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName",
+                                                "apiVersion": "v1"}}},
+    {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory",
+                                                       "containerName": "worker",
+                                                       "divisor": "1Mi"}}},
+    {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu",
+                                                       "divisor": 1}}},
+])
+def test_env_entries_as_a_container_takes_them(item: dict[str, Any]) -> None:
+    assert list(parse(sample(MINIMAL, **env(item))).worker.env) == [item]

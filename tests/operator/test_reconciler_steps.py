@@ -410,6 +410,46 @@ async def test_an_empty_env_value_does_not_cause_a_patch_every_poll(
     assert env["EMPTY"] == {"name": "EMPTY"} and env["FULL"] == {"name": "FULL", "value": "x"}
 
 
+class RefusingFieldPath(FakeKube):
+    """Refuses a worker Deployment whose env has a fieldRef to ``metadata.bogus``, naming the
+    container's env index as the API server does."""
+
+    async def request(self, method: str, path: str, **kw: Any) -> Any:
+        body = kw.get("body")
+        if method == "PATCH" and path.endswith("-worker") and isinstance(body, dict):
+            env = body["spec"]["template"]["spec"]["containers"][0]["env"]
+            for index, item in enumerate(env):
+                if (item.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath") == "metadata.bogus":
+                    self.requests.append((method, path, body))
+                    raise kube.KubeError(422, (
+                        f'Deployment.apps "{body["metadata"]["name"]}" is invalid: spec.template.'
+                        f"spec.containers[0].env[{index}].valueFrom.fieldRef.fieldPath: "
+                        'Unsupported value: "metadata.bogus": supported values: "metadata.name"'))
+        return await super().request(method, path, **kw)
+
+
+async def test_an_env_entry_the_api_server_refuses_is_named_by_the_jobqueues_index(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review finding: ApplyFailed named env[1x], an index counting the operator's own entries
+    of the worker container, for a JobQueue with one or two entries."""
+    fake = RefusingFieldPath()
+    rec, events = reconciler(monkeypatch, fake, namespace=NS, name="bad")
+    body = jobqueue_body("bad", NS, {
+        "redis": {"url": f"redis://127.0.0.1:{free_port()}/0"},
+        "autoscaling": {"enabled": False}, "replicas": 1,
+        "worker": {"env": [{"name": "OK", "value": "1"},
+                           {"name": "WHERE", "valueFrom": {"fieldRef": {
+                               "fieldPath": "metadata.bogus"}}}]}})
+    async with closing(rec):
+        await rec.step(body)
+    [status_patch] = [w[2]["status"] for w in fake.requests if w[1].endswith("/bad/status")]
+    ready = next(c for c in status_patch["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "ApplyFailed"
+    assert "(from spec.worker.env[1].valueFrom.fieldRef.fieldPath)" in ready["message"], ready
+    [event] = [e for e in events if e["reason"] == "ApplyFailed"]
+    assert "(from spec.worker.env[1].valueFrom.fieldRef.fieldPath)" in event["message"]
+
+
 async def test_a_step_in_a_namespace_being_deleted_recreates_nothing_and_reports_nothing(
         monkeypatch: pytest.MonkeyPatch, redis_url: str) -> None:
     fake = FakeKube()
