@@ -19,6 +19,8 @@ deleting a namespace.
   neither recreates the children the namespace controller deletes nor posts Events there (both
   would be refused: the namespace is terminating). In namespaced mode the operator's Role is in
   that namespace and goes with it, so docs/helm.md says to delete the JobQueues first.
+* Least privilege on JobQueues: every verb the chart grants the operator on them is one it sent
+  in this module (the audit log), and it sent no other.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from redis_servers import wait_until
 
 from .audit import format_counts
 from .cluster import Cluster
+from .installs import release_objects
 from .processes import LoggedProcess
 from .samples import example, jobqueue
 from .serving import SETTLE_S, Served, condition, serve
@@ -358,3 +361,32 @@ def test_deleting_the_namespace_takes_its_jobqueues_along(served: Served) -> Non
     served.wait_ready("emails")
     cluster.kubectl("delete", "namespace", ns, "--wait=true", f"--timeout={SETTLE_S:.0f}s")
     assert cluster.get("namespace", ns) is None
+
+
+def operator_rules(served: Served) -> list[dict[str, Any]]:
+    """The rules of the (Cluster)Roles the chart binds to the operator's ServiceAccount."""
+    install = served.install
+    objects = release_objects(served.cluster, install.release, install.namespace)
+    bound = {(b["roleRef"]["kind"], b["roleRef"]["name"]) for b in objects
+             if b["kind"] in ("ClusterRoleBinding", "RoleBinding")
+             and {"kind": "ServiceAccount", "name": install.service_account,
+                  "namespace": install.namespace} in b.get("subjects", [])}
+    return [rule for role in objects if (role["kind"], role["metadata"]["name"]) in bound
+            for rule in role["rules"]]
+
+
+def test_the_chart_grants_the_operator_no_verb_it_never_sends_on_jobqueues(
+        served: Served) -> None:
+    """The verbs the operator's ServiceAccount sent on JobQueues in this module (JobQueues
+    created, changed, failing, deleted: kopf's finalizer and annotations) are the verbs the
+    chart grants it on them (a review found get granted and never used: kopf lists and
+    watches, and hands its daemons the body from the watch). Kept last in the module, after
+    every JobQueue of it came and went."""
+    audit = served.cluster.audit
+    if audit is None:
+        pytest.skip("needs the API server's audit log; the suite's own control plane has one")
+    granted = {verb for rule in operator_rules(served) if "antre.dev" in rule["apiGroups"]
+               and "jobqueues" in rule["resources"] for verb in rule["verbs"]}
+    used = {r.verb for r in audit.requests() if r.user == served.install.user
+            and r.resource == "jobqueues"}
+    assert used == granted == {"list", "watch", "patch"}, (used, granted)

@@ -9,9 +9,11 @@ Rules on namespaced resources: JobQueues and the children rendered from them.
 */}}
 {{- define "antre.operator.namespacedRules" -}}
 # Watch JobQueues; patch them for kopf's finalizer and its diff-base/progress annotations.
+# No get: kopf lists and watches, and its daemons get the body from the watch; the operator
+# reads no single JobQueue (the uninstall hook does, under an account of its own).
 - apiGroups: [antre.dev]
   resources: [jobqueues]
-  verbs: [get, list, watch, patch]
+  verbs: [list, watch, patch]
 # Children carry an ownerReference with blockOwnerDeletion: true; setting that requires update
 # on the owner's finalizers subresource where OwnerReferencesPermissionEnforcement is on
 # (e.g. OpenShift), or creating a child is forbidden.
