@@ -299,6 +299,9 @@ class Reconciler:
             return interval
         self._resolve(body, "worker", reason="WorkerReadable",
                       message="the worker Deployment is readable again")
+        # Before applying: an apply refused for a stranger's object under a child's name drops
+        # its view, which the next step reads again, not this one.
+        await self._observe_status_children(jq)
 
         problem: status.Problem | None
         url, problem = await self.secrets.redis_url(self.kube, jq.redis)
@@ -354,7 +357,6 @@ class Reconciler:
                     self._scaled(body, current, decision)
 
         self._export(jq, reading, current, decision.replicas)
-        await self._observe_status_children(jq)
         workers = None if applied is None else await self._workers(body, jq, uid, applied)
         observation = status.Observation(
             generation=generation, problem=problem, redis_error=redis_error,
@@ -562,10 +564,10 @@ class Reconciler:
         return live  # type: ignore[no-any-return]
 
     async def _observe_status_children(self, jq: spec.JobQueueSpec) -> None:
-        """The children the status reads beside the worker (the reaper, the API), read once if
-        nothing is known of them: a step that applied nothing (a refused URL or child) has not
-        read them, and after a restart their watch events may have come before the JobQueue's,
-        and were not kept (``OperatorState.keeps_child``). Once read, the watch keeps them
+        """The children the status reads beside the worker (the reaper, the API), read if
+        nothing is known of them: after a restart their watch events may have come before the
+        JobQueue's, and were not kept (``OperatorState.keeps_child``), and a step that applies
+        nothing (a refused URL or child) would not read them. Once read, the watch keeps them
         current; a failed read leaves them unobserved this step."""
         keys: list[ChildKey] = [("CronJob", self.namespace, rendering.reaper_name(jq.name))]
         if jq.api.enabled:
