@@ -426,9 +426,10 @@ def _check_env_entry(item: Mapping[str, Any], path: str) -> None:
                           "is set by the operator from the JobQueue spec; use the spec field "
                           "instead (names starting with ANTRE_ and POD_NAME are reserved)")
     given = [key for key in ("value", "valueFrom") if item.get(key) is not None]
-    if len(given) != 1:
-        raise InvalidSpec(path, given, 'give exactly one of value (an empty one is value: "") '
-                                       "and valueFrom")
+    if len(given) > 1:
+        raise InvalidSpec(path, given, "give one of value and valueFrom, not both")
+    if not given:  # a Pod takes a name alone as an empty variable, and so do JobQueues stored so
+        return
     if "value" in given:
         if not isinstance(item["value"], str):
             raise InvalidSpec(f"{path}.value", item["value"],

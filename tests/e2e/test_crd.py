@@ -138,6 +138,7 @@ GOOD = [
     pytest.param({"api": {"enabled": True, "tokenSecretRef": {"name": "t"}}}, id="api"),
     pytest.param({"worker": {"env": [
         {"name": "EMPTY", "value": ""},
+        {"name": "EMPTY_TOO"},  # a name alone: an empty variable, as in a Pod
         {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "k", "optional": True}}},
         {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "level"}}},
         {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
@@ -241,11 +242,10 @@ BAD = [
                                       "valueFrom": {"secretKeyRef": {"name": "redis-url"}}}]}},
                  "spec.worker.env[0].valueFrom.secretKeyRef.key", "Required value",
                  id="env-secret-without-key"),
-    pytest.param({"worker": {"env": [{"name": "A", "value": "1"}, {"name": "B"}]}},
-                 "spec.worker.env[1]", "give exactly one of value", id="env-without-value"),
     pytest.param({"worker": {"env": [{"name": "B", "value": "1",
                                       "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]}},
-                 "spec.worker.env[0]", "give exactly one of value", id="env-value-and-value-from"),
+                 "spec.worker.env[0]", "give one of value and valueFrom, not both",
+                 id="env-value-and-value-from"),
     pytest.param({"worker": {"env": [{"name": "B", "valueFrom": {
         "fieldRef": {"fieldPath": "spec.nodeName"},
         "secretKeyRef": {"name": "s", "key": "k"}}}]}},

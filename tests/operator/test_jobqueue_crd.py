@@ -61,11 +61,11 @@ def test_env_entries_have_the_parsers_schema(crd_schema: dict[str, Any]) -> None
     assert tuple(item["properties"]) == spec.ENV_FIELDS
     assert item["required"] == ["name"]
     assert item["properties"]["name"]["pattern"] == spec.ENV_NAME_RE.pattern
-    reserved, one_of = item["x-kubernetes-validations"]
+    reserved, not_both = item["x-kubernetes-validations"]
     assert [f"startsWith('{prefix}')" in reserved["rule"]
             for prefix in spec.RESERVED_ENV_PREFIXES] == [True]
     assert [f"!= '{name}'" in reserved["rule"] for name in spec.RESERVED_ENV_NAMES] == [True]
-    assert one_of["rule"] == "has(self.value) != has(self.valueFrom)"
+    assert not_both["rule"] == "!(has(self.value) && has(self.valueFrom))"
     value_from = item["properties"]["valueFrom"]
     [rule] = value_from["x-kubernetes-validations"]
     assert rule["rule"] == " + ".join(f"(has(self.{source}) ? 1 : 0)"
