@@ -14,12 +14,22 @@ HANDSHAKE: dict[bytes, bytes] = {
     b"PING": b"+PONG\r\n", b"CLIENT": b"+OK\r\n", b"SELECT": b"+OK\r\n"}
 
 
+async def _header(reader: asyncio.StreamReader) -> int:
+    """The number of a ``*N`` or ``$N`` line. A client gone (the reader refusing a reply hangs
+    up, sometimes in the middle of the next command) ends the connection as ConnectionError,
+    which the servers expect, not a ValueError out of ``int(b"")`` in their task."""
+    line = await reader.readline()
+    if not line.endswith(b"\r\n"):
+        raise ConnectionResetError("the client went away")
+    return int(line[1:])
+
+
 async def read_command(reader: asyncio.StreamReader) -> list[bytes]:
     """The next command a client sends, its words upper-cased."""
-    count = int((await reader.readline())[1:])
+    count = await _header(reader)
     words = []
     for _ in range(count):
-        size = int((await reader.readline())[1:])
+        size = await _header(reader)
         words.append((await reader.readexactly(size + 2))[:-2].upper())
     return words
 
