@@ -1,4 +1,4 @@
-"""Fixtures of the operator tests: the CRD and its schema.
+"""Fixtures of the operator tests: the CRD and its schema, what Redis replies cost.
 
 Sample JobQueues live in ``operator_samples.py``; the kopf + kmock integration helpers in
 ``operator_emulation.py`` (module names prefixed so they never collide with other test dirs).
@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from antre_operator import reply_cap
 from antre_operator.settings import OperatorSettings
 from operator_samples import CRD_PATH
 from redis_servers import free_port
@@ -22,6 +23,20 @@ def pytest_configure(config: pytest.Config) -> None:
     # environment; with warnings as errors that would hide the real falsifying example.
     config.addinivalue_line(
         "filterwarnings", "ignore:mypy_extensions.TypedDict is deprecated:DeprecationWarning")
+
+
+@pytest.fixture
+def reply_costs(monkeypatch: pytest.MonkeyPatch) -> dict[reply_cap.Read, int]:
+    """What the replies read from here on cost, per ``reply_cap.Read`` (each read's total)."""
+    costs: dict[reply_cap.Read, int] = {}
+    charge = reply_cap.charge
+
+    def counted(read: reply_cap.Read, more: int) -> str | None:
+        costs[read] = costs.get(read, 0) + more
+        return charge(read, more)
+
+    monkeypatch.setattr(reply_cap, "charge", counted)
+    return costs
 
 
 @pytest.fixture(scope="session")

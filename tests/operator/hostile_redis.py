@@ -1,5 +1,6 @@
 """Servers that pass for Redis and answer as no Redis running antre's scripts would: the
-hostile Redis of a JobQueue author, for the operator's reader and reconciler tests."""
+hostile Redis of a JobQueue author, for the operator's reader and reconciler tests; and the
+measure of the memory they make the test's process take."""
 
 from __future__ import annotations
 
@@ -139,3 +140,19 @@ async def stalling_server(body_bytes: int, info: bytes | None = None,
         yield server.sockets[0].getsockname()[1], done
     finally:
         server.close()
+
+
+#: Array headers never followed by their elements: 9 KB for which hiredis reserves room for 16
+#: million (69 MiB were measured).
+NESTED: bytes = b"*16000\r\n" * 1000
+
+
+def peak_memory_reset() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def memory_mib(peak: bool = False) -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f
+                    if line.startswith("VmHWM:" if peak else "VmRSS:"))

@@ -28,7 +28,7 @@ from antre.protocol.claim import claim_op
 from antre.protocol.extend_lease import extend_lease_op
 from antre.settings import QueueSettings, WorkerSettings
 from antre_operator import backlog, reply_cap
-from hostile_redis import bulk, depth_reply, flooding_server, stalling_server
+from hostile_redis import bulk, depth_reply, flooding_server, memory_mib, peak_memory_reset, stalling_server
 from redis_servers import eventually, free_port, running_redis, script_calls
 
 
@@ -335,19 +335,13 @@ def fill_the_largest_queue(client: redis.Redis, queue: str) -> None:
 
 
 async def test_what_redis_answers_costs_a_fraction_of_each_cap(
-        redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+        redis_url: str, redis_client: redis.Redis, reply_costs: dict[reply_cap.Read, int],
+) -> None:
     """The caps leave room: what a Redis running antre answers for the largest queue the
     operator reads costs at most half of each cap (the numbers reply_cap's docstring gives)."""
     queue = "q" * 128
     fill_the_largest_queue(redis_client, queue)
-    costs: dict[reply_cap.Read, int] = {}
-    charge = reply_cap.charge
-
-    def counted(read: reply_cap.Read, more: int) -> str | None:
-        costs[read] = costs.get(read, 0) + more
-        return charge(read, more)
-
-    monkeypatch.setattr(reply_cap, "charge", counted)
+    costs = reply_costs
     reader = backlog.QueueReader(redis_url, queue=queue, prefix="antre", timeout_s=5)
     try:
         await reader.read()  # a new connection: its handshake, and the script's load
@@ -423,17 +417,6 @@ def test_the_reads_that_started_first_make_way() -> None:
     # Only reads started before it make way: d's 10 stay, so c cannot take 31.
     assert reply_cap.to_fail(held, "c", 31, limit=40) is None
     assert reply_cap.to_fail(held, "a", 11, limit=40) is None
-
-
-def peak_memory_reset() -> None:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-
-
-def memory_mib(peak: bool = False) -> float:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) / 1024 for line in f
-                    if line.startswith("VmHWM:" if peak else "VmRSS:"))
 
 
 async def test_stalled_hostile_reads_share_a_bounded_budget_and_a_large_read_still_succeeds(
