@@ -20,7 +20,7 @@ import antre
 import redis.exceptions
 from antre import connection, redis_checks
 
-from antre_operator import reply_cap, resolver, spec, status
+from antre_operator import capped_redis, reply_cap, resolver, spec, status
 
 T = TypeVar("T")
 
@@ -82,12 +82,15 @@ NO_REDIS_MESSAGE: Final = (
     "no Redis answered (the connection was refused, timed out or closed, the server does not "
     "speak Redis or TLS as the URL says, or it refused the credentials; the operator's log has "
     "the cause)")
-#: Failures before Redis answered as Redis: one message for all of them. The last five are a
-#: reply of a shape no Redis running antre's scripts gives (another server, or a hostile one;
-#: the parsers bound every number, ArithmeticError is the backstop for one they did not).
+#: Failures before Redis answered as Redis: one message for all of them. RedisClusterException
+#: (no RedisError) is a cluster client's failure to find a working cluster, its cause one of the
+#: others or a node that is no cluster's. The last five are a reply of a shape no Redis running
+#: antre's scripts gives (another server, or a hostile one; the parsers bound every number,
+#: ArithmeticError is the backstop for one they did not).
 _NO_REDIS: Final = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-                    redis.exceptions.InvalidResponse, antre.RedisUnavailable, OSError,
-                    TimeoutError, IndexError, KeyError, TypeError, ValueError, ArithmeticError)
+                    redis.exceptions.InvalidResponse, redis.exceptions.RedisClusterException,
+                    antre.RedisUnavailable, OSError, TimeoutError, IndexError, KeyError,
+                    TypeError, ValueError, ArithmeticError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,14 +140,15 @@ class QueueReader:
     def _ensure(self) -> antre.AsyncQueue:
         if self._queue is None:
             try:
-                # redis-py's cluster client takes no parser of a caller's (README: Limits).
-                capped = ({} if connection.is_cluster_url(self.url)
-                          else {"parser_class": reply_cap.CappedHiredisParser})
-                self._client = connection.connect_async(self.url, **capped)
+                self._client = capped_redis.connect(self.url)
             except antre.InvalidArgument as exc:
                 message = self._scrub(str(exc))
                 raise RedisReadError(message, detail=message) from None
-            self._client.set_response_callback("INFO", _unparsed)  # policy_in_info reads it
+            if not connection.is_cluster_url(self.url):
+                # policy_in_info reads it. Not a cluster client's: its nodes share its
+                # callbacks, and redis-py 5 reads cluster_enabled from INFO parsed (every
+                # cluster read failed there); its 64 KiB cap keeps the parse short anyway.
+                self._client.set_response_callback("INFO", _unparsed)
             self._queue = antre.AsyncQueue(self._client, self._queue_name, prefix=self._prefix)
         return self._queue
 

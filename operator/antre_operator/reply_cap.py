@@ -27,6 +27,17 @@ The last three are one read (:data:`IN_FLIGHT_CAP`): the registry is held while 
 read. A read over its cap fails, as any answer that is not Redis's does, and its connection is
 dropped, and with it what the parser held.
 
+Two reads of a JobQueue's client happen inside any of the above, whenever the client needs
+them, and are reads of their own (``start(..., apart=True)``), not charged to the read under
+way, whose cap they would outgrow:
+
+* a cluster client's discovery of its nodes (:data:`TOPOLOGY_CAP`, 8 MiB): ``CLUSTER SLOTS``
+  and ``COMMAND`` (every command's key positions), 1.4 MiB from Redis 7.0, almost all of it
+  ``COMMAND``'s 90 KB in 15,000 lines;
+* each reply of a Sentinel (:data:`SENTINEL_CAP`, 2 MiB), read by :class:`CappedSentinelParser`:
+  ``SENTINEL MASTERS``, which redis-py asks for the primary, 7.6 KiB per primary the Sentinel
+  watches (250 of them fit).
+
 Reads also share :data:`SHARED_BYTES` for the part of their cost above :data:`FREE_BYTES`, so
 many reads at once (JobQueues of one author whose Redis answers just under a cap and never
 finishes) cannot add up to more than the process has. The first FREE_BYTES of a read are not
@@ -50,6 +61,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any, Final, TypeVar
 
+import redis.asyncio.cluster
 import redis.exceptions
 from redis._parsers.hiredis import _AsyncHiredisParser
 
@@ -65,6 +77,8 @@ REGISTRY_CAP: Final = 4 * 1024 * 1024
 IN_FLIGHT_IDS_CAP: Final = 1024 * 1024
 HOLDERS_CAP: Final = 1024 * 1024
 IN_FLIGHT_CAP: Final = REGISTRY_CAP + IN_FLIGHT_IDS_CAP + HOLDERS_CAP
+TOPOLOGY_CAP: Final = 8 * 1024 * 1024
+SENTINEL_CAP: Final = 2 * 1024 * 1024
 #: Replies read outside any read of the operator's (none are: a backstop, per reply).
 OTHER_CAP: Final = 64 * 1024
 
@@ -187,11 +201,12 @@ def fail(read: Read, why: str) -> None:
     read.streams.clear()
 
 
-def start(cap: int) -> contextvars.Token[Read | None]:
+def start(cap: int, *, apart: bool = False) -> contextvars.Token[Read | None]:
     """Starts a read of at most ``cap``: the replies read from here in this task (and the tasks
-    it starts) are charged to it, and to the read it is part of if one is under way. End it
+    it starts) are charged to it, and to the read it is part of if one is under way (unless
+    ``apart``: then to this one alone, a whole read with its own share of the budget). End it
     with :func:`end`."""
-    return _CURRENT.set(Read(cap, parent=_CURRENT.get()))
+    return _CURRENT.set(Read(cap, parent=None if apart else _CURRENT.get()))
 
 
 def end(token: contextvars.Token[Read | None]) -> None:
@@ -269,3 +284,31 @@ class CappedHiredisParser(_AsyncHiredisParser):
         self._last = buffer[-_LONGEST_HEADER:]
         self._reader.feed(buffer)
         return True
+
+
+class CappedClusterParser(CappedHiredisParser):
+    """:class:`CappedHiredisParser` for a cluster's nodes: their redirections (``MOVED``,
+    ``ASK``...) raised as redis-py's errors for them, which its cluster client follows. redis-py
+    5 kept those in a parser of its cluster client's; later releases have them in every parser."""
+
+    __slots__ = ()
+
+    EXCEPTION_CLASSES = getattr(redis.asyncio.cluster, "ClusterParser",
+                                CappedHiredisParser).EXCEPTION_CLASSES
+
+
+class CappedSentinelParser(CappedHiredisParser):
+    """:class:`CappedHiredisParser` for the connections to Sentinels: each reply a read of its
+    own of at most :data:`SENTINEL_CAP`. redis-py asks the Sentinels inside whatever read needs
+    a connection to the primary (a depth read's 64 KiB), whose cap a Sentinel watching a few
+    dozen primaries outgrows."""
+
+    __slots__ = ()
+
+    async def read_response(self, disable_decoding: bool = False,  # type: ignore[override]
+                            **options: Any) -> object:
+        read = start(SENTINEL_CAP, apart=True)
+        try:
+            return await super().read_response(disable_decoding=disable_decoding, **options)
+        finally:
+            end(read)

@@ -179,8 +179,13 @@ def connect(url: str, **overrides: Any) -> Any:
         raise errors.InvalidArgument(f"redis url {redact(url)!r}: {exc}") from None
 
 
-def connect_async(url: str, **overrides: Any) -> Any:
-    """An asyncio client for ``url`` (``redis.asyncio.Redis`` or its cluster twin)."""
+def connect_async(url: str, *,
+                  cluster_class: type[redis.asyncio.cluster.RedisCluster] = (
+                      redis.asyncio.cluster.RedisCluster),
+                  **overrides: Any) -> Any:
+    """An asyncio client for ``url`` (``redis.asyncio.Redis`` or its cluster twin, of
+    ``cluster_class``: its constructor takes no options of redis-py's connections, so a caller
+    that needs one on every node's, the operator its parser, gives a subclass)."""
     cluster, real_url = _split(url)
     if sentinel_urls.is_sentinel_url(url):
         parsed = _parse_sentinel(url)
@@ -191,7 +196,7 @@ def connect_async(url: str, **overrides: Any) -> Any:
     _check_options_taken(url, sync=False)
     try:
         if cluster:
-            return redis.asyncio.cluster.RedisCluster.from_url(
+            return cluster_class.from_url(
                 real_url, **_cluster_options(real_url, redis.asyncio.cluster.RedisCluster,
                                              overrides))
         return command_packing.packed_by_hiredis(

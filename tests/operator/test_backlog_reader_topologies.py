@@ -1,0 +1,165 @@
+"""Measuring a queue on a Redis Cluster or behind Sentinels, with every reply under the caps of
+``antre_operator.reply_cap``: a cluster's nodes (their topology too) and the Sentinels, hostile
+or real.
+
+Aspects: a hostile cluster node answering ``CLUSTER SLOTS``, ``COMMAND`` or the depth script with
+array headers that make hiredis reserve tens of megabytes, or with a few bytes that make
+redis-py store a slot range of millions or list millions of key positions, reads as "no Redis"
+within a bounded memory while another JobQueue is read; so does a hostile Sentinel; a real
+three-node cluster and a real Sentinel group are read through the caps, their replies costing
+at most half of each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import antre
+import pytest
+from antre import connection
+from antre_operator import backlog, reply_cap
+from hostile_redis import NESTED, bulk, depth_reply, flooding_server, memory_mib, peak_memory_reset
+from redis_clusters import redis_cluster
+from redis_sentinels import SERVICE, sentinel_group
+
+#: Enough for a hostile read to reach its cap or stall in the code before the caps.
+TIMEOUT_S = 3.0
+#: What a failed read may leave behind, the other JobQueue's read and the allocator included:
+#: before the caps, one hostile JobQueue took 69 MiB (NESTED) to 110 MiB (a million key positions).
+GROWTH_MIB = 16.0
+
+
+def slots_reply(port: int, *, last_slot: int = 16383) -> bytes:
+    """CLUSTER SLOTS: the node at 127.0.0.1:``port`` serves slots 0 to ``last_slot``."""
+    return (b"*1\r\n*3\r\n:0\r\n:%d\r\n*3\r\n" % last_slot + bulk(b"127.0.0.1")
+            + b":%d\r\n" % port + bulk(b"f" * 40))
+
+
+def command_reply(last_key: int) -> bytes:
+    """COMMAND, listing ZRANGE alone, its keys from argument 1 to ``last_key``."""
+    return b"*1\r\n*6\r\n" + bulk(b"zrange") + b":-4\r\n*1\r\n+readonly\r\n:1\r\n:%d\r\n:1\r\n" % last_key
+
+
+def cluster_answers(port: int, hostile: str) -> dict[bytes, bytes]:
+    """What the hostile node answers: as a one-node cluster would, but for ``hostile``."""
+    answers = {
+        b"INFO": bulk(b"cluster_enabled:1\r\n"),  # redis-py 5 asks before CLUSTER SLOTS
+        b"CLUSTER": slots_reply(port), b"COMMAND": command_reply(1),
+        b"EVALSHA": depth_reply(), b"ZRANGE": b"*0\r\n"}
+    if hostile == "slots":
+        answers[b"CLUSTER"] = NESTED
+    elif hostile == "slot-range":
+        answers[b"CLUSTER"] = slots_reply(port, last_slot=3_000_000)
+    elif hostile == "command":
+        answers[b"COMMAND"] = NESTED
+    elif hostile == "key-positions":
+        answers[b"COMMAND"] = command_reply(1_000_000)
+        answers[b"EVALSHA"] = b"*3\r\n:1\r\n:0\r\n:-2\r\n"  # the registry read: no workers
+    else:
+        answers[b"EVALSHA"] = NESTED
+    return answers
+
+
+async def read_beside_another_jobqueue(hostile_url: str, healthy_url: str, *,
+                                       read: Callable[[backlog.QueueReader], Awaitable[Any]],
+                                       jobqueues: int = 3) -> tuple[list[Any], float]:
+    """``read`` of ``jobqueues`` JobQueues at ``hostile_url`` and, meanwhile, the depth of one at
+    ``healthy_url``: what each hostile read gave, and how far the peak memory grew."""
+    healthy = backlog.QueueReader(healthy_url, queue="healthy", prefix="antre", timeout_s=5)
+    await healthy.read()  # connected, as a JobQueue polled every few seconds is
+    hostile = [backlog.QueueReader(hostile_url, queue=f"h{i}", prefix="antre",
+                                   timeout_s=TIMEOUT_S) for i in range(jobqueues)]
+    gc.collect()
+    peak_memory_reset()
+    before = memory_mib()
+    try:
+        *results, reading = await asyncio.gather(*map(read, hostile), healthy.read(),
+                                                 return_exceptions=True)
+        grown = memory_mib(peak=True) - before
+    finally:
+        for reader in [*hostile, healthy]:
+            await reader.close()
+    assert isinstance(reading, backlog.Reading), reading
+    return results, grown
+
+
+@pytest.mark.parametrize(("hostile", "cause"), [
+    ("slots", f"costing more than {reply_cap.TOPOLOGY_CAP} bytes"),
+    ("slot-range", "CLUSTER SLOTS: a slot range: not what a Redis Cluster answers"),
+    ("command", f"costing more than {reply_cap.TOPOLOGY_CAP} bytes"),
+    ("key-positions", "COMMAND: key positions: not what a Redis Cluster answers"),
+    ("depth-script", f"costing more than {reply_cap.DEPTH_CAP} bytes"),
+])
+async def test_a_hostile_cluster_node_reads_as_no_redis_in_bounded_memory(
+        hostile: str, cause: str, redis_url: str) -> None:
+    """Before the caps, a cluster's replies went uncapped: the array headers took 69 MiB per
+    JobQueue, a slot range of 3 million slots 0.3 GiB, a million key positions 0.1 GiB."""
+    read = (backlog.QueueReader.jobs_in_flight_by_pod if hostile == "key-positions"
+            else backlog.QueueReader.read)
+    answers: dict[bytes, bytes] = {}
+    async with flooding_server(10, answers) as (port, _):
+        answers.update(cluster_answers(port, hostile))  # its CLUSTER SLOTS names itself
+        results, grown = await read_beside_another_jobqueue(
+            f"redis+cluster://127.0.0.1:{port}", redis_url, read=read)
+    print(f"{hostile}: memory grew {grown:.1f} MiB at most")
+    for result in results:
+        assert isinstance(result, backlog.RedisReadError), result
+        assert backlog.NO_REDIS_MESSAGE in str(result), result
+        assert cause in result.detail, result.detail
+    assert grown < GROWTH_MIB, grown
+
+
+async def test_a_hostile_sentinel_reads_as_no_redis_in_bounded_memory(redis_url: str) -> None:
+    """redis-py asks a Sentinel for the primary (SENTINEL MASTERS) on each new connection;
+    before the caps its reply went uncapped: 69 MiB per JobQueue."""
+    async with flooding_server(10, {b"SENTINEL": NESTED}) as (port, _):
+        results, grown = await read_beside_another_jobqueue(
+            f"redis+sentinel://127.0.0.1:{port}/{SERVICE}/0", redis_url,
+            read=backlog.QueueReader.read)
+    print(f"hostile Sentinel: memory grew {grown:.1f} MiB at most")
+    for result in results:
+        assert isinstance(result, backlog.RedisReadError), result
+        assert backlog.NO_REDIS_MESSAGE in str(result), result
+        assert f"costing more than {reply_cap.SENTINEL_CAP} bytes" in result.detail, result.detail
+    assert grown < GROWTH_MIB, grown
+
+
+async def read_all(url: str, costs: dict[reply_cap.Read, int], *, apart_cap: int) -> int:
+    """The depth of queue "q" at ``url``, its jobs in flight (none) and eviction policy (none),
+    each read's replies costing at most half its cap; one read at least has ``apart_cap``."""
+    reader = backlog.QueueReader(url, queue="q", prefix="antre", timeout_s=10)
+    try:
+        reading = await reader.read()
+        assert await reader.jobs_in_flight_by_pod() == {}
+        assert await reader.eviction_warning() is None
+    finally:
+        await reader.close()
+    most: dict[int, int] = {}
+    for read, cost in costs.items():
+        most[read.cap] = max(most.get(read.cap, 0), cost)
+    print("the costliest read of each cap (cap: cost):", most)
+    assert apart_cap in most and reply_cap.DEPTH_CAP in most, most
+    assert all(cost <= cap / 2 for cap, cost in most.items()), most
+    return reading.numbers.ready
+
+
+async def test_a_real_cluster_is_read_through_the_caps(
+        reply_costs: dict[reply_cap.Read, int]) -> None:
+    """Its topology (CLUSTER SLOTS and COMMAND: 1.4 MiB from Redis 7.0) under a cap of its own,
+    the rest under the reads' caps."""
+    with redis_cluster() as cluster:
+        with connection.connect(cluster.url) as client:
+            antre.Queue(client, "q").enqueue_many([("noop", {})] * 5)
+        assert await read_all(cluster.url, reply_costs, apart_cap=reply_cap.TOPOLOGY_CAP) == 5
+
+
+async def test_a_real_sentinel_group_is_read_through_the_caps(
+        reply_costs: dict[reply_cap.Read, int]) -> None:
+    """The Sentinels' replies each under a cap of their own, the primary's under the reads'."""
+    with sentinel_group() as group:
+        with group.primary_client() as client:
+            antre.Queue(client, "q").enqueue_many([("noop", {})] * 5)
+        assert await read_all(group.url(), reply_costs, apart_cap=reply_cap.SENTINEL_CAP) == 5
