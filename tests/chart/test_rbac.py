@@ -43,9 +43,9 @@ CRD_OBSERVATION: Grants = {("apiextensions.k8s.io", "customresourcedefinitions",
                            for v in ("list", "watch")}
 NAMESPACE_OBSERVATION: Grants = {("", "namespaces", v) for v in ("list", "watch")}
 CLUSTER_PEERING: Grants = {("kopf.dev", "clusterkopfpeerings", v)
-                           for v in ("get", "list", "watch", "patch")}
+                           for v in ("list", "watch", "patch")}
 NAMESPACED_PEERING: Grants = {("kopf.dev", "kopfpeerings", v)
-                              for v in ("get", "list", "watch", "patch")}
+                              for v in ("list", "watch", "patch")}
 
 
 def test_cluster_wide_grants_exactly_what_the_operator_uses(rendered: Render) -> None:

@@ -81,3 +81,14 @@ def release_objects(cluster: Cluster, release: str, namespace: str) -> list[dict
     """Every object of the release's manifest, as helm rendered it."""
     manifest = cluster.helm("get", "manifest", release, "--namespace", namespace).stdout
     return [doc for doc in yaml.safe_load_all(manifest) if doc]
+
+
+def operator_rules(cluster: Cluster, install: Install) -> list[dict[str, Any]]:
+    """The rules of the (Cluster)Roles the chart binds to the operator's ServiceAccount."""
+    objects = release_objects(cluster, install.release, install.namespace)
+    bound = {(b["roleRef"]["kind"], b["roleRef"]["name"]) for b in objects
+             if b["kind"] in ("ClusterRoleBinding", "RoleBinding")
+             and {"kind": "ServiceAccount", "name": install.service_account,
+                  "namespace": install.namespace} in b.get("subjects", [])}
+    return [rule for role in objects if (role["kind"], role["metadata"]["name"]) in bound
+            for rule in role["rules"]]

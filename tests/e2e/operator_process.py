@@ -27,16 +27,16 @@ def chart_args(deployment: Mapping[str, object]) -> list[str]:
     """The operator's arguments from the chart's Deployment, with local ports instead of the
     pod's (liveness and metrics would collide between processes on one machine)."""
     containers = deployment["spec"]["template"]["spec"]["containers"]  # type: ignore[index]
-    args = list(containers[0].get("args") or [])
-    local = []
-    for arg in args:
-        if arg.startswith("--liveness="):
-            local.append(f"--liveness=http://127.0.0.1:{free_port()}/healthz")
-        elif arg.startswith("--metrics-port="):
-            local.append(f"--metrics-port={free_port()}")
-        else:
-            local.append(arg)
-    return local
+    return [_local_port(arg) for arg in containers[0].get("args") or []]
+
+
+def _local_port(arg: str) -> str:
+    """``arg`` with a free local port if it names the liveness or metrics port."""
+    if arg.startswith("--liveness="):
+        return f"--liveness=http://127.0.0.1:{free_port()}/healthz"
+    if arg.startswith("--metrics-port="):
+        return f"--metrics-port={free_port()}"
+    return arg
 
 
 class OperatorProcess(LoggedProcess):
@@ -59,6 +59,13 @@ class OperatorProcess(LoggedProcess):
         twin = copy.copy(self)
         twin.log_path, twin.process = log_path, None
         return twin
+
+    def replica(self, log_path: Path) -> OperatorProcess:
+        """Another replica beside this one (credentials, arguments, environment), not started:
+        its own liveness and metrics ports, as another pod would have."""
+        replica = self.twin(log_path)
+        replica.argv = [_local_port(arg) for arg in self.argv]
+        return replica
 
     def forbidden(self) -> list[str]:
         return [line for line in self.log().splitlines() if FORBIDDEN.search(line)]

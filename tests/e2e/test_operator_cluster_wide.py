@@ -44,7 +44,7 @@ from redis_servers import wait_until
 
 from .audit import Window, format_counts
 from .cluster import Cluster
-from .installs import release_objects
+from .installs import operator_rules
 from .processes import LoggedProcess
 from .samples import example, jobqueue
 from .serving import SETTLE_S, Served, condition, serve
@@ -442,18 +442,6 @@ def test_objects_anyone_labels_as_children_do_not_add_up_at_start(
         cluster.delete_namespace(namespace)
 
 
-def operator_rules(served: Served) -> list[dict[str, Any]]:
-    """The rules of the (Cluster)Roles the chart binds to the operator's ServiceAccount."""
-    install = served.install
-    objects = release_objects(served.cluster, install.release, install.namespace)
-    bound = {(b["roleRef"]["kind"], b["roleRef"]["name"]) for b in objects
-             if b["kind"] in ("ClusterRoleBinding", "RoleBinding")
-             and {"kind": "ServiceAccount", "name": install.service_account,
-                  "namespace": install.namespace} in b.get("subjects", [])}
-    return [rule for role in objects if (role["kind"], role["metadata"]["name"]) in bound
-            for rule in role["rules"]]
-
-
 def test_the_chart_grants_the_operator_no_verb_it_never_sends_on_jobqueues(
         served: Served) -> None:
     """The verbs the operator's ServiceAccount sent on JobQueues in this module (JobQueues
@@ -464,8 +452,9 @@ def test_the_chart_grants_the_operator_no_verb_it_never_sends_on_jobqueues(
     audit = served.cluster.audit
     if audit is None:
         pytest.skip("needs the API server's audit log; the suite's own control plane has one")
-    granted = {verb for rule in operator_rules(served) if "antre.dev" in rule["apiGroups"]
-               and "jobqueues" in rule["resources"] for verb in rule["verbs"]}
+    granted = {verb for rule in operator_rules(served.cluster, served.install)
+               if "antre.dev" in rule["apiGroups"] and "jobqueues" in rule["resources"]
+               for verb in rule["verbs"]}
     used = {r.verb for r in audit.requests() if r.user == served.install.user
             and r.resource == "jobqueues"}
     assert used == granted == {"list", "watch", "patch"}, (used, granted)
