@@ -22,6 +22,21 @@ class Cluster:
     def url(self) -> str:
         return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
 
+    def owner_port(self, key: str) -> int:
+        """The port of the primary serving ``key``'s slot."""
+        with self.owner(key) as owner:
+            return int(owner.connection_pool.connection_kwargs["port"])
+
+    @contextlib.contextmanager
+    def evicting(self, port: int) -> Iterator[None]:
+        """maxmemory-policy allkeys-lru on the node at ``port`` alone (noeviction again after)."""
+        with redis.Redis(port=port) as node:
+            node.config_set("maxmemory-policy", "allkeys-lru")
+            try:
+                yield
+            finally:
+                node.config_set("maxmemory-policy", "noeviction")
+
     def owner(self, key: str) -> redis.Redis:
         """A plain client on the primary serving ``key``'s slot."""
         with redis.Redis(port=self.nodes[0].port, decode_responses=True) as seed:

@@ -38,18 +38,24 @@ async def read_command(reader: asyncio.StreamReader) -> list[bytes]:
 @contextlib.asynccontextmanager
 async def flooding_server(reply_bytes: int, answers: dict[bytes, bytes] | None = None, *,
                           hung_up: asyncio.Event | None = None,
+                          accepted: list[int] | None = None,
+                          heard: list[tuple[int, bytes]] | None = None,
                           ) -> AsyncIterator[tuple[int, list[int]]]:
     """A server that speaks Redis for the handshake (HELLO, CLIENT), answers the commands of
     ``answers`` as given, then any other command with one bulk string of ``reply_bytes``, sent
     as long as its client reads. Yields its port and a list that receives the bytes it managed
     to send. ``hung_up``, if given, is set whenever its last open connection has ended (the
-    client gone): ``sent`` then holds all that the server got out to it."""
+    client gone): ``sent`` then holds all that the server got out to it. ``accepted``, if given,
+    receives the server's port for each connection it accepts, and ``heard`` its port and the
+    command's name for each command beyond the handshake (one list may serve several servers)."""
     sent: list[int] = []
     connections = 0
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal connections
         connections += 1
+        if accepted is not None:
+            accepted.append(writer.get_extra_info("sockname")[1])
         try:
             await serve(reader, writer)
         finally:
@@ -58,9 +64,12 @@ async def flooding_server(reply_bytes: int, answers: dict[bytes, bytes] | None =
                 hung_up.set()
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        port = writer.get_extra_info("sockname")[1]
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             while True:
                 words = await read_command(reader)
+                if heard is not None and words[0] not in HANDSHAKE:
+                    heard.append((port, words[0]))
                 if words[0] in HANDSHAKE:
                     writer.write(HANDSHAKE[words[0]])
                 elif words[0] in (answers or {}):
