@@ -5,12 +5,15 @@ enqueue_many, claim, ack, fail -> retry -> claim again, reap of an expired lease
 still queued as fields (read, cancelled, promoted, claimed beside a queued Hash); then an
 in-process :class:`antre.worker.Worker` on the asyncio cluster client draining a few hundred jobs.
 Every scenario ends with the queue invariant, read from the node that owns the queue's slot.
+Then the eviction check of each client, reader and command: it warns for a queue whose node
+evicts, whatever the other nodes' policies.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import subprocess
 import sys
@@ -26,6 +29,7 @@ from antre.protocol import scripts
 from antre.protocol.ack import ack_op
 from antre.protocol.claim import claim_op
 from antre.protocol.fail import fail_op
+from antre.snapshots import read_snapshot, read_snapshot_async
 from antre.worker import Worker
 from invariants import assert_invariants
 from redis_clusters import Cluster, redis_cluster
@@ -252,3 +256,69 @@ def test_a_durable_api_on_a_cluster_is_refused_at_start(cluster: Cluster) -> Non
     assert proc.returncode == 2 and err.count("\n") == 1, err
     assert err.startswith("antre api: durable_replicas: got 1 with a Redis Cluster URL"), err
     assert not out
+
+
+async def worker_warns(url: str, settings: QueueSettings,
+                       caplog: pytest.LogCaptureFixture) -> bool:
+    """Whether a worker starting on ``settings`` logged the eviction warning; it checks before
+    it registers, so once registered it has said what it would."""
+    caplog.clear()
+    producer = Queue(connection.connect(url), settings=settings)
+    worker = Worker(connection.connect_async(url), settings, WorkerSettings(), HandlerRegistry())
+    running = asyncio.create_task(worker.run())
+    try:
+        await eventually(lambda: running.done() or producer.workers(), timeout_s=10,
+                         message="the worker to register")
+    finally:
+        worker.stop()
+        await asyncio.wait_for(running, timeout=15)
+        await worker.redis.aclose()
+        producer.close()
+    return any("maxmemory-policy" in record.getMessage() for record in caplog.records)
+
+
+async def eviction_warnings(url: str, settings: QueueSettings, capsys: pytest.CaptureFixture[str],
+                            caplog: pytest.LogCaptureFixture) -> dict[str, bool]:
+    """Whether each of antre's eviction checks warns for the queue of ``settings``."""
+    warns: dict[str, bool] = {}
+    queue = Queue(connection.connect(url), settings=settings)
+    try:
+        warns["Queue"] = queue.eviction_policy_warning() is not None
+        warns["read_snapshot"] = read_snapshot(queue, sample_gap_s=0).eviction_warning is not None
+    finally:
+        queue.close()
+    aqueue = antre.AsyncQueue(connection.connect_async(url), settings=settings)
+    try:
+        warns["AsyncQueue"] = await aqueue.eviction_policy_warning() is not None
+        warns["read_snapshot_async"] = (await read_snapshot_async(aqueue)).eviction_warning is not None
+    finally:
+        await aqueue.close()
+    capsys.readouterr()
+    assert main(["stats", "--redis-url", url, "--queue", settings.name]) == 0
+    warns["antre stats"] = "maxmemory-policy" in capsys.readouterr().err
+    warns["Worker"] = await worker_warns(url, settings, caplog)
+    return warns
+
+
+async def test_the_eviction_check_reads_the_node_holding_the_queue(
+        cluster: Cluster, queue_pair: tuple[QueueSettings, QueueSettings],
+        capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    """Every key of a queue carries its hash tag, so one primary holds all of it and its
+    maxmemory-policy alone decides. With allkeys-lru on each node in turn, each check warns for
+    the queue on that node and for no other. Before, INFO went to redis-py's default node (the
+    first primary it knows), whose policy decided for every queue: of two queues on different
+    nodes, one at least read as safe on an evicting node, and as unsafe on a safe one."""
+    caplog.set_level(logging.WARNING, logger="antre")
+    owners = {settings.name: cluster.owner_port(settings.keys.ready) for settings in queue_pair}
+    wrong = []
+    for node in cluster.nodes:
+        with cluster.evicting(node.port):
+            for settings in queue_pair:
+                expected = owners[settings.name] == node.port
+                for check, warned in (await eviction_warnings(
+                        cluster.url, settings, capsys, caplog)).items():
+                    if warned != expected:
+                        wrong.append(f"allkeys-lru on node {node.port}, queue {settings.name!r} "
+                                     f"on node {owners[settings.name]}: {check} "
+                                     f"{'warned' if warned else 'did not warn'}")
+    assert wrong == []

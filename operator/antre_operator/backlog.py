@@ -19,6 +19,7 @@ from urllib.parse import parse_qsl, urlsplit
 import antre
 import redis.exceptions
 from antre import connection, redis_checks
+from antre.keys import QueueKeys
 
 from antre_operator import capped_redis, reply_cap, resolver, spec, status
 
@@ -36,17 +37,14 @@ def _unparsed(response: Any, **options: Any) -> Any:
 
 
 def policy_in_info(info: Any) -> str:
-    """maxmemory_policy in a reply to ``INFO memory`` as the server sent it (a cluster client
-    answers per node): found with one search, since redis-py's parse of each line in Python
-    held the event loop every JobQueue shares for 0.5-0.8 s on 8 MiB of hostile short lines.
-    Raises :class:`redis_checks.PolicyNotReported` when no line names it."""
-    if isinstance(info, dict):
-        if _POLICY_LINE[:-1] in info:  # parsed after all (a client of another kind)
-            return str(info[_POLICY_LINE[:-1]])
-        for node in info.values():
-            with contextlib.suppress(redis_checks.PolicyNotReported):
-                return policy_in_info(node)
-    elif isinstance(info, str):
+    """maxmemory_policy in a reply to ``INFO memory`` of one server, as it sent it (a cluster
+    client parses it: a dict): found with one search, since redis-py's parse of each line in
+    Python held the event loop every JobQueue shares for 0.5-0.8 s on 8 MiB of hostile short
+    lines. Raises :class:`redis_checks.PolicyNotReported` when no line names it, and for replies
+    per node, of which only the queue's own node's applies (:func:`redis_checks.policy_node`)."""
+    if isinstance(info, dict) and _POLICY_LINE[:-1] in info:
+        return str(info[_POLICY_LINE[:-1]])
+    if isinstance(info, str):
         start = ("\n" + info).find("\n" + _POLICY_LINE)  # where its line starts in info
         if start >= 0:
             start += len(_POLICY_LINE)
@@ -225,11 +223,11 @@ class QueueReader:
 
     async def eviction_warning(self) -> str | None:
         """The warning for the server's maxmemory-policy (None: noeviction)."""
-        self._ensure()
-        return await self._call(self._eviction_warning(), cap=reply_cap.INFO_CAP)
+        queue = self._ensure()
+        return await self._call(self._eviction_warning(queue.keys), cap=reply_cap.INFO_CAP)
 
-    async def _eviction_warning(self) -> str | None:
-        info = await self._client.execute_command("INFO", "memory")
+    async def _eviction_warning(self, keys: QueueKeys) -> str | None:
+        info = await redis_checks.info_memory(self._client, keys)
         return redis_checks.describe_policy(policy_in_info(info))
 
     async def close(self) -> None:

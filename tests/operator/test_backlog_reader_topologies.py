@@ -7,12 +7,15 @@ array headers that make hiredis reserve tens of megabytes, or with a few bytes t
 redis-py store a slot range of millions or list millions of key positions, reads as "no Redis"
 within a bounded memory while another JobQueue is read; so does a hostile Sentinel; a real
 three-node cluster and a real Sentinel group are read through the caps, their replies costing
-at most half of each.
+at most half of each. The eviction check asks the node holding the queue's slot alone: on a
+real cluster it warns for the queues of the evicting node and no other, and a hostile topology
+naming a hundred nodes gets one INFO and one connection for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,8 +23,10 @@ from typing import Any
 import antre
 import pytest
 from antre import connection
-from antre_operator import backlog, reply_cap
+from antre.keys import QueueKeys
+from antre_operator import backlog, capped_redis, reply_cap
 from hostile_redis import NESTED, bulk, depth_reply, flooding_server, memory_mib, peak_memory_reset
+from redis.crc import key_slot
 from redis_clusters import redis_cluster
 from redis_sentinels import SERVICE, sentinel_group
 
@@ -34,8 +39,14 @@ GROWTH_MIB = 16.0
 
 def slots_reply(port: int, *, last_slot: int = 16383) -> bytes:
     """CLUSTER SLOTS: the node at 127.0.0.1:``port`` serves slots 0 to ``last_slot``."""
-    return (b"*1\r\n*3\r\n:0\r\n:%d\r\n*3\r\n" % last_slot + bulk(b"127.0.0.1")
-            + b":%d\r\n" % port + bulk(b"f" * 40))
+    return ranges_reply([(0, last_slot, port)])
+
+
+def ranges_reply(ranges: list[tuple[int, int, int]]) -> bytes:
+    """CLUSTER SLOTS: each (first slot, last slot, port) served by the node at 127.0.0.1:port."""
+    return b"*%d\r\n" % len(ranges) + b"".join(
+        b"*3\r\n:%d\r\n:%d\r\n*3\r\n" % (first, last) + bulk(b"127.0.0.1") + b":%d\r\n" % port
+        + bulk(b"%040x" % port) for first, last, port in ranges)
 
 
 def command_reply(last_key: int) -> bytes:
@@ -163,3 +174,75 @@ async def test_a_real_sentinel_group_is_read_through_the_caps(
         with group.primary_client() as client:
             antre.Queue(client, "q").enqueue_many([("noop", {})] * 5)
         assert await read_all(group.url(), reply_costs, apart_cap=reply_cap.SENTINEL_CAP) == 5
+
+
+async def test_the_eviction_check_reads_the_node_holding_the_queue() -> None:
+    """A queue's keys share its hash tag, so one primary holds the queue and its
+    maxmemory-policy alone decides. Before, INFO went to redis-py's default node (the first
+    primary it knows), whose policy decided for every queue: the queues of the other nodes read
+    as evicting when only it evicted, and as safe when their own node evicted."""
+    with redis_cluster() as cluster:
+        queue_on: dict[int, str] = {}  # a queue whose slot each node serves
+        for n in range(1000):
+            queue_on.setdefault(cluster.owner_port(QueueKeys(f"q{n}").ready), f"q{n}")
+            if len(queue_on) == len(cluster.nodes):
+                break
+        wrong = []
+        for node in cluster.nodes:
+            with cluster.evicting(node.port):
+                for port, queue in sorted(queue_on.items()):
+                    reader = backlog.QueueReader(cluster.url, queue=queue, prefix="antre",
+                                                 timeout_s=10)
+                    try:
+                        warned = await reader.eviction_warning() is not None
+                    finally:
+                        await reader.close()
+                    if warned != (port == node.port):
+                        wrong.append(f"allkeys-lru on node {node.port}: queue {queue} on node "
+                                     f"{port} {'warned' if warned else 'did not warn'}")
+    assert len(queue_on) == len(cluster.nodes), queue_on
+    assert wrong == []
+
+
+#: The nodes the hostile topology names (capped_redis.MAX_CLUSTER_NODES would pass too).
+HOSTILE_NODES = 100
+
+
+async def test_a_hostile_cluster_gets_one_eviction_check_connection() -> None:
+    """A JobQueue author's topology may name up to 1,000 nodes, and a connection to each would
+    hold up to 0.4 MiB of asyncio's buffer before its reply failed the cap. The check sends one
+    INFO, to the node of the queue's slot; COMMAND, read with the topology, goes to redis-py's
+    default node: two of the nodes named get a connection at most. (Before, the one INFO went
+    to the default node: one connection, to a node that may not hold the queue.)"""
+    assert HOSTILE_NODES <= capped_redis.MAX_CLUSTER_NODES
+    accepted: list[int] = []
+    heard: list[tuple[int, bytes]] = []
+    async with contextlib.AsyncExitStack() as stack:
+        ports = [(await stack.enter_async_context(flooding_server(
+            1 << 20, {b"COMMAND": command_reply(1)}, accepted=accepted, heard=heard)))[0]
+            for _ in range(HOSTILE_NODES)]
+        size = -(-capped_redis.CLUSTER_SLOTS // HOSTILE_NODES)
+        ranges = [(first, min(first + size, capped_redis.CLUSTER_SLOTS) - 1, port)
+                  for first, port in zip(range(0, capped_redis.CLUSTER_SLOTS, size), ports,
+                                         strict=True)]
+        seed, _ = await stack.enter_async_context(flooding_server(10, {
+            b"INFO": bulk(b"cluster_enabled:1\r\n"), b"CLUSTER": ranges_reply(ranges),
+            b"COMMAND": command_reply(1)}))
+        reader = backlog.QueueReader(f"redis+cluster://127.0.0.1:{seed}", queue="q",
+                                     prefix="antre", timeout_s=TIMEOUT_S)
+        gc.collect()
+        peak_memory_reset()
+        before = memory_mib()
+        try:
+            with pytest.raises(backlog.RedisReadError) as failed:
+                await reader.eviction_warning()
+            grown = memory_mib(peak=True) - before
+        finally:
+            await reader.close()
+    owner = ports[key_slot(QueueKeys("q").ready.encode()) // size]
+    asked = sorted(port for port, command in heard if command == b"INFO")
+    print(f"{HOSTILE_NODES} nodes named: INFO sent to {len(asked)}, {len(accepted)} connections "
+          f"to them; memory grew {grown:.1f} MiB at most")
+    assert f"costing more than {reply_cap.INFO_CAP} bytes" in failed.value.detail, failed.value
+    assert asked == [owner], asked
+    assert len(accepted) <= 2 and owner in accepted, accepted

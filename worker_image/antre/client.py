@@ -393,7 +393,7 @@ class Queue(_QueueBase):
         return self._run(reap_op(self.settings, limit=limit, pass_lock_ms=0, holder="cli"))  # type: ignore[no-any-return]
 
     def eviction_policy_warning(self) -> str | None:
-        return redis_checks.eviction_policy_warning_sync(self.redis)
+        return redis_checks.eviction_policy_warning_sync(self.redis, self.keys)
 
     def close(self) -> None:
         self._pinned.close()
@@ -535,7 +535,7 @@ class AsyncQueue(_QueueBase):
         return await self._run(reap_op(self.settings, limit=limit, pass_lock_ms=0, holder="cli"))  # type: ignore[no-any-return]
 
     async def eviction_policy_warning(self) -> str | None:
-        return await redis_checks.eviction_policy_warning(self.redis)
+        return await redis_checks.eviction_policy_warning(self.redis, self.keys)
 
     async def close(self) -> None:
         """Closes the client once the calls under way have ended, each ``enqueue_many``,

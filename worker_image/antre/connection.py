@@ -116,6 +116,11 @@ def is_cluster_url(url: str) -> bool:
     return _split(url)[0]
 
 
+def is_cluster_client(client: Any) -> bool:
+    """Whether ``client`` is redis-py's cluster client, sync or asyncio."""
+    return isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
+
+
 def _parse_sentinel(url: str) -> sentinel_urls.SentinelUrl:
     try:
         return sentinel_urls.parse_url(url)

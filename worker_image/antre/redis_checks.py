@@ -6,6 +6,10 @@ from __future__ import annotations
 from typing import Any, Final
 
 import redis
+import redis.asyncio.cluster
+
+from antre import connection
+from antre.keys import QueueKeys
 
 WANTED_POLICY = "noeviction"
 #: Every maxmemory-policy Redis 7 knows. Only these names are quoted: any other text a server
@@ -23,22 +27,12 @@ class PolicyNotReported(redis.ResponseError):
     server that may evict jobs."""
 
 
-def _find_policy(info: Any) -> str | None:
-    if isinstance(info, dict) and "maxmemory_policy" in info:
-        return str(info["maxmemory_policy"])
-    if isinstance(info, dict):  # cluster clients answer per node
-        for value in info.values():
-            policy = _find_policy(value)
-            if policy is not None:
-                return policy
-    return None
-
-
 def _policy_from_info(info: Any) -> str:
-    policy = _find_policy(info)
-    if policy is None:
+    # One server's reply: replies per node (a cluster client told to ask several) would read as
+    # not reported, since only the queue's own node says what applies to it (policy_node).
+    if not (isinstance(info, dict) and "maxmemory_policy" in info):
         raise PolicyNotReported("INFO memory does not report maxmemory_policy")
-    return policy
+    return str(info["maxmemory_policy"])
 
 
 def describe_policy(policy: str) -> str | None:
@@ -53,12 +47,36 @@ def describe_policy(policy: str) -> str | None:
     )
 
 
-def eviction_policy_warning_sync(client: Any) -> str | None:
-    return describe_policy(_policy_from_info(client.info("memory")))
+def policy_node(client: Any, keys: QueueKeys) -> dict[str, Any]:
+    """The options that send INFO to the server whose maxmemory-policy decides for the queue of
+    ``keys``: none for a client of one server; on a cluster client, the primary holding the
+    queue's slot (every key of a queue shares its hash tag, so that primary holds the whole
+    queue). Left to itself, redis-py sends INFO to its default node (the first primary it
+    knows), whose policy says nothing of a queue on another node. An asyncio cluster client
+    must have read its slots first (:func:`info_memory`)."""
+    if not connection.is_cluster_client(client):
+        return {}
+    return {"target_nodes": client.get_node_from_key(keys.ready)}
 
 
-async def eviction_policy_warning(client: Any) -> str | None:
-    return describe_policy(_policy_from_info(await client.info("memory")))
+def info_memory_sync(client: Any, keys: QueueKeys) -> Any:
+    """``INFO memory`` of the server that holds the queue of ``keys``, as the client parses it."""
+    return client.info("memory", **policy_node(client, keys))
+
+
+async def info_memory(client: Any, keys: QueueKeys) -> Any:
+    """:func:`info_memory_sync` on an asyncio client."""
+    if isinstance(client, redis.asyncio.cluster.RedisCluster):
+        await client.initialize()  # its slots are read by its first command; a no-op after
+    return await client.info("memory", **policy_node(client, keys))
+
+
+def eviction_policy_warning_sync(client: Any, keys: QueueKeys) -> str | None:
+    return describe_policy(_policy_from_info(info_memory_sync(client, keys)))
+
+
+async def eviction_policy_warning(client: Any, keys: QueueKeys) -> str | None:
+    return describe_policy(_policy_from_info(await info_memory(client, keys)))
 
 
 async def server_time_ms(client: Any) -> int:

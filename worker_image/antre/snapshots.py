@@ -27,6 +27,7 @@ import redis
 from antre import findings, redis_checks, topology
 from antre.client import AsyncQueue, Queue
 from antre.findings import Snapshot, Thresholds
+from antre.keys import QueueKeys
 from antre.protocol import scripts
 from antre.protocol.depth import Depth, depth_op
 from antre.protocol.read_records import fields_op
@@ -83,7 +84,10 @@ class _Pause:
 
 @dataclass(frozen=True, slots=True)
 class _EvictionWarning:
-    """The maxmemory-policy warning (INFO memory); replies None when INFO is not allowed."""
+    """The maxmemory-policy warning (INFO memory of the server holding the queue of ``keys``);
+    replies None when INFO is not allowed."""
+
+    keys: QueueKeys
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +222,7 @@ def _reads(settings: QueueSettings, *, thresholds: Thresholds, before: Depth | N
              for (resource, job_id, ttl), score in zip(holders, scores, strict=True)]
 
     registry: WorkerRegistry = yield workers_op(settings)
-    warning = yield _EvictionWarning()
+    warning = yield _EvictionWarning(settings.keys)
     servers = yield _Topology()
     return Snapshot(queue=settings.name, before=before, after=after, expired_leases=leases,
                     overdue_retries=retries, overdue_total=int(overdue_total), dead_jobs=dead,
@@ -274,7 +278,7 @@ def _run(client: Any, reader: Generator[_Step, Any, T],
                 reply = None
         else:
             try:
-                reply = redis_checks.eviction_policy_warning_sync(client)
+                reply = redis_checks.eviction_policy_warning_sync(client, step.keys)
             except redis.ResponseError:  # INFO may be renamed or disabled on managed Redis
                 reply = None
 
@@ -306,7 +310,7 @@ async def _run_async(client: Any, reader: Generator[_Step, Any, T]) -> T:
                 reply = None
         else:
             try:
-                reply = await redis_checks.eviction_policy_warning(client)
+                reply = await redis_checks.eviction_policy_warning(client, step.keys)
             except redis.ResponseError:
                 reply = None
 

@@ -222,7 +222,7 @@ class Worker:
 
     async def _check_redis(self) -> None:
         try:
-            warning = await redis_checks.eviction_policy_warning(self.redis)
+            warning = await redis_checks.eviction_policy_warning(self.redis, self.queue.keys)
         except Exception as exc:  # INFO may be renamed on managed Redis; not fatal
             log.debug("could not read maxmemory-policy", extra={"error": str(exc)})
             return
