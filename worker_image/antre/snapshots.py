@@ -24,7 +24,7 @@ from typing import Any, Final, TypeVar
 
 import redis
 
-from antre import findings, redis_checks, topology
+from antre import connection, findings, redis_checks, topology
 from antre.client import AsyncQueue, Queue
 from antre.findings import Snapshot, Thresholds
 from antre.keys import QueueKeys
@@ -244,10 +244,6 @@ def _int(value: Any, default: int = 0) -> int:
         return default
 
 
-def _is_cluster(client: Any) -> bool:
-    return isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
-
-
 # -- the two drivers -------------------------------------------------------------------------------
 
 def _run(client: Any, reader: Generator[_Step, Any, T],
@@ -345,7 +341,7 @@ async def read_dead_jobs_async(queue: AsyncQueue, *, limit: int,
 
 
 def _scan(client: Any, step: _Scan) -> tuple[list[str], bool]:
-    if _is_cluster(client):  # cursors per node: the client's iterator, bounded by keys found
+    if connection.is_cluster_client(client):  # cursors per node: the client's iterator, bounded by keys found
         keys: list[str] = []
         for key in client.scan_iter(match=step.match, count=SCAN_COUNT):
             keys.append(key)
@@ -362,7 +358,7 @@ def _scan(client: Any, step: _Scan) -> tuple[list[str], bool]:
 
 
 async def _scan_async(client: Any, step: _Scan) -> tuple[list[str], bool]:
-    if _is_cluster(client):
+    if connection.is_cluster_client(client):
         keys: list[str] = []
         async for key in client.scan_iter(match=step.match, count=SCAN_COUNT):
             keys.append(key)

@@ -12,10 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio.cluster
-import redis.cluster
-
-from antre import sentinel
+from antre import connection, sentinel
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +75,6 @@ def _int(value: Any) -> int:
         return 0
 
 
-def _is_cluster(client: Any) -> bool:
-    return isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
-
-
 def _direct_address(client: Any) -> str:
     kwargs = client.connection_pool.connection_kwargs
     if kwargs.get("path"):
@@ -91,7 +84,7 @@ def _direct_address(client: Any) -> str:
 
 def read(client: Any) -> Topology | None:
     """The topology behind a sync client; None for a Redis Cluster."""
-    if _is_cluster(client):
+    if connection.is_cluster_client(client):
         return None
     service = None
     if isinstance(client, sentinel.SentinelRedis):
@@ -105,7 +98,7 @@ def read(client: Any) -> Topology | None:
 
 async def read_async(client: Any) -> Topology | None:
     """:func:`read` on an asyncio client."""
-    if _is_cluster(client):
+    if connection.is_cluster_client(client):
         return None
     service = None
     if isinstance(client, sentinel.AsyncSentinelRedis):
