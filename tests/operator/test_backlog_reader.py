@@ -235,7 +235,7 @@ async def test_a_hostile_eviction_policy_is_not_quoted() -> None:
     """A server of the JobQueue author's own answers ``INFO memory`` with a policy as long as
     the reply's cap allows: the warning names no such text and stays short, so the status patch
     that carries it is far below what the API server accepts."""
-    policy = b"A" * (reply_cap.INFO_CAP // reply_cap.BYTE_COST - 1024)
+    policy = b"A" * (reply_cap.INFO_CAP // reply_cap.BYTE_COST - 2048)
     info = b"# Memory\r\nmaxmemory_policy:" + policy + b"\r\n"
     answers = {b"INFO": bulk(info)}
     async with flooding_server(10, answers) as (port, _):
@@ -407,7 +407,7 @@ def test_a_header_split_between_chunks_is_counted_once() -> None:
     whole = reply_cap.cost(reply)
     for at in range(1, len(reply)):
         assert reply_cap.cost(reply[:at]) + reply_cap.cost(reply[at:], reply[:at]) == whole
-    assert whole == 2 * len(reply) + 2 * 80 + 8 * 16003
+    assert whole == 2 * len(reply) + 2 * 96 + 8 * 16003
 
 
 def test_the_reads_that_started_first_make_way() -> None:
