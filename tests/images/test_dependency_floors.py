@@ -131,6 +131,36 @@ def test_the_api_serves_stats_metrics_and_the_dashboard(floor_venv: Path, redis_
 
 
 
+#: Run by the floor virtualenv's Python: the sync client against a server that answers every
+#: command with a map whose key is an array, 12 bytes no Redis sends.
+HOSTILE_REPLY_ROUND = """
+import socket, threading, antre
+
+server = socket.create_server(("127.0.0.1", 0))
+
+def answer():
+    connection, _ = server.accept()
+    while connection.recv(65536):
+        connection.sendall(b"%1\\r\\n*0\\r\\n*0\\r\\n")
+
+threading.Thread(target=answer, daemon=True).start()
+queue = antre.Queue.from_url(f"redis://127.0.0.1:{server.getsockname()[1]}/0", "floors")
+try:
+    queue.stats()
+except Exception as exc:
+    print("failed:", type(exc).__name__)
+"""
+
+
+def test_a_reply_no_redis_sends_fails_the_call_not_the_process(floor_venv: Path,
+                                                                tmp_path: Path) -> None:
+    """hiredis before 3.2.0 crashed the process (SIGSEGV) on this reply: an operator reading
+    the Redis a JobQueue author names would stop for every JobQueue."""
+    out = run(floor_venv / "bin" / "python", "-c", HOSTILE_REPLY_ROUND, env=user_env(),
+              cwd=tmp_path)
+    assert out.startswith("failed: "), out
+
+
 #: Run by the floor virtualenv's Python after tests/redis_py_table.py's text.
 OPTIONS_ROUND = """
 import antre, antre.errors
