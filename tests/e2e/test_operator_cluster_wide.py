@@ -393,14 +393,13 @@ def peak_memory_mib(pid: int) -> float:
     return int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)[1]) / 1024  # type: ignore[index]
 
 
-def peak_memory_once_listed(served: Served, listing: Window | None) -> float:
+def peak_memory_once_listed(served: Served, listing: Window) -> float:
     """The restarted operator's peak memory once it has listed every child kind and watches
-    them (the audit log, when there is one) and its peak has stayed put for a second."""
+    them (the audit log) and its peak has stayed put for a second."""
     kinds = {"deployments", "cronjobs", "services"}
-    if listing is not None:
-        wait_until(lambda: kinds <= {r.resource for r in listing.requests(served.install.user)
-                                     if r.verb == "watch"},
-                   timeout_s=SETTLE_S, interval_s=0.2, message="the operator watching children")
+    wait_until(lambda: kinds <= {r.resource for r in listing.requests(served.install.user)
+                                 if r.verb == "watch"},
+               timeout_s=SETTLE_S, interval_s=0.2, message="the operator watching children")
     history: list[float] = []
 
     def settled() -> bool:
@@ -419,6 +418,9 @@ def test_objects_anyone_labels_as_children_do_not_add_up_at_start(
     120 took a restart to 228 MiB, and about 150 past the chart's 256Mi limit, stopping every
     JobQueue. The peak at start must not grow with their number."""
     cluster = served.cluster
+    if cluster.audit is None:
+        pytest.skip("needs the API server's audit log to know when the lists are done; the "
+                    "suite's own control plane has one")
     namespace = cluster.create_namespace("strangers")
     try:
         peaks: dict[int, float] = {}
@@ -429,7 +431,7 @@ def test_objects_anyone_labels_as_children_do_not_add_up_at_start(
                     strangers_deployment(f"filler-{index}"))
                 assert status == 201, answer
             served.operator.stop(timeout_s=15)
-            listing = cluster.audit.window() if cluster.audit is not None else None
+            listing = cluster.audit.window()
             served.restart_operator(tmp_path / f"operator-{count}.log")
             peaks[count] = peak_memory_once_listed(served, listing)
         figures.append(f"operator's peak at start with {STRANGERS_FEW} / {STRANGERS_MANY} labelled "
