@@ -8,8 +8,13 @@ cap on memory, so the operator's connections read through :class:`CappedHiredisP
 charges each chunk before hiredis sees it with :func:`cost`, an estimate never below what the
 chunk can take once parsed: 2 bytes per byte (the bytes, then the strings made of them), 96 per
 line (the largest object hiredis makes for the shortest element, an empty array or map: a map of
-one entry in three lines took 229 bytes with hiredis 3.5 and 285 with 2.2.1, the floor) and 8
-per element an array, set or push header declares.
+one entry in three lines took 229 bytes with hiredis 3.5 and 285 with 2.2.1, the floor), 8
+per element an array, set or push header declares, 256 more per set (an empty one took 224
+bytes with hiredis 2.2.1), and 768 more per error line and 32 more per byte of it: redis-py makes
+each error line an exception (337 bytes; 610 for a ``MOVED`` or ``ASK``, whose address it
+parses, with redis-py 8.1), and splits its text into words (26 bytes per byte of ``ab ab ...``).
+The error lines were once charged as any line: 8 JobQueues stalling in replies of ``MOVED``
+lines grew the process by 134 MiB beyond the budget below.
 
 Every read has a cap of its own, by what it reads, several times what a Redis running antre
 answers (its costs measured by ``tests/operator/test_backlog_reader.py::
@@ -70,6 +75,9 @@ from redis._parsers.hiredis import _AsyncHiredisParser
 BYTE_COST: Final = 2
 LINE_COST: Final = 96
 ELEMENT_COST: Final = 8
+SET_COST: Final = 256
+ERROR_LINE_COST: Final = 768
+ERROR_BYTE_COST: Final = 32
 
 #: Caps per read, in :func:`cost` (what Redis answers costs in the module's docstring).
 DEPTH_CAP: Final = 64 * 1024
@@ -91,21 +99,55 @@ SHARED_BYTES: Final = 32 * 1024 * 1024
 #: An array, set or push header: ``*``, ``~`` or ``>``, a count, CRLF. hiredis reserves room for
 #: the count at once; maps and attributes grow as their elements come. Longer counts than 20
 #: digits are refused by hiredis itself.
-_RESERVING_HEADER: Final = re.compile(rb"[*~>](\d{1,20})\r\n")
+_RESERVING_HEADER: Final = re.compile(rb"([*~>])(\d{1,20})\r\n")
 #: The longest header: a header split between two chunks is found in the second one's.
 _LONGEST_HEADER: Final = 1 + 20 + 2
+#: An error line, from the newline before it (or one up to its end that a chunk holds).
+_ERROR_LINE: Final = re.compile(rb"\n-[^\n]*")
 
 
-def cost(chunk: bytes, before: bytes = b"") -> int:
-    """An estimate of the memory ``chunk`` can take once hiredis parsed it, never below it;
-    ``before`` is the end of the previous chunk of the same connection, for a header split
-    between the two. Text inside strings that looks like a header is counted too: too much,
-    never too little."""
-    carried = before[-(_LONGEST_HEADER - 1):]
-    reserved = sum(int(header.group(1))
-                   for header in _RESERVING_HEADER.finditer(carried + chunk)
-                   if header.end() > len(carried))  # one ending in ``before`` was counted
-    return BYTE_COST * len(chunk) + LINE_COST * chunk.count(b"\n") + ELEMENT_COST * reserved
+class Tally:
+    """What the chunks of one connection cost, in the order they come: :func:`cost` of each,
+    given what came before it (a header split between two chunks, an error line's text going
+    on in the next one). Text inside strings that looks like a header or an error line is
+    counted as one: too much, never too little."""
+
+    __slots__ = ("_in_error", "_tail")
+
+    def __init__(self) -> None:
+        self._tail = b"\n"  # a connection's first byte starts a line
+        self._in_error = False
+
+    def cost(self, chunk: bytes) -> int:
+        """An estimate of the memory ``chunk`` can take once hiredis parsed it, never below it."""
+        text = self._tail + chunk
+        carried = len(self._tail)
+        reserved = sets = 0
+        for header in _RESERVING_HEADER.finditer(text):
+            if header.end() > carried:  # one ending in the tail was counted
+                reserved += int(header.group(2))
+                sets += header.group(1) == b"~"
+        errors = error_bytes = 0
+        if self._in_error:  # an error line begun chunks ago, going on in this one
+            end = chunk.find(b"\n")
+            error_bytes += len(chunk) if end < 0 else end
+        # A line starting in this chunk, or right after the tail's last newline.
+        for line in _ERROR_LINE.finditer(text, carried - 1):
+            errors += 1
+            error_bytes += line.end() - line.start()
+        last_line = text.rfind(b"\n", carried - 1)
+        if last_line >= 0:
+            self._in_error = text[last_line + 1:last_line + 2] == b"-"
+        self._tail = text[-(_LONGEST_HEADER - 1):]
+        return (BYTE_COST * len(chunk) + LINE_COST * chunk.count(b"\n")
+                + ELEMENT_COST * reserved + SET_COST * sets + ERROR_LINE_COST * errors
+                + ERROR_BYTE_COST * error_bytes)
+
+
+def cost(reply: bytes) -> int:
+    """An estimate of the memory ``reply``, the first bytes of a connection, can take once
+    hiredis parsed it (:class:`Tally`)."""
+    return Tally().cost(reply)
 
 
 Holder = TypeVar("Holder")
@@ -243,23 +285,23 @@ class CappedHiredisParser(_AsyncHiredisParser):
     """redis-py's asyncio hiredis parser, charging each chunk to the read under way before
     hiredis parses it, and dropping what hiredis held with the connection."""
 
-    __slots__ = ("_last", "_other")
+    __slots__ = ("_other", "_tally")
 
     def __init__(self, socket_read_size: int) -> None:
         super().__init__(socket_read_size)
-        self._last = b""
+        self._tally = Tally()
         self._other = Read(OTHER_CAP)
 
     def on_connect(self, connection: Any) -> None:
         super().on_connect(connection)  # type: ignore[no-untyped-call]
-        self._last = b""
+        self._tally = Tally()
 
     def on_disconnect(self) -> None:
         super().on_disconnect()  # type: ignore[no-untyped-call]
         # redis-py keeps the reader, and the reply it was in the middle of, until the next
         # connect: up to a cap's worth per JobQueue between polls, counted by no read.
         self._reader = None
-        self._last = b""
+        self._tally = Tally()
 
     async def read_response(self, disable_decoding: bool = False,  # type: ignore[override]
                             **options: Any) -> object:
@@ -279,10 +321,9 @@ class CappedHiredisParser(_AsyncHiredisParser):
             waiting.discard(stream)
         if not buffer or not isinstance(buffer, bytes):
             raise redis.exceptions.ConnectionError("Connection closed by server.")
-        why = charge(read, cost(buffer, self._last))
+        why = charge(read, self._tally.cost(buffer))
         if why is not None or self._reader is None:
             raise redis.exceptions.InvalidResponse(why or "Connection closed.")
-        self._last = buffer[-_LONGEST_HEADER:]
         self._reader.feed(buffer)
         return True
 
