@@ -33,6 +33,11 @@ CLUSTER_SLOTS: Final = 16384
 #: The most nodes a ``CLUSTER SLOTS`` reply may name (Redis Cluster is designed for up to 1,000);
 #: 20,000 fit in the topology cap, and redis-py would keep 70 MiB of objects for them.
 MAX_CLUSTER_NODES: Final = 1000
+#: The most nodes a ``CLUSTER SLOTS`` reply may list for its slots, summed over its ranges (each
+#: range's slots times the nodes listed for it): each slot with a primary and 15 replicas.
+#: redis-py 5.0.x appends each node listed to each slot's list, one by one on the event loop: one
+#: range of all slots listing 1,000 replicas (23 KB) took 135 MiB and held the loop 5-7 s.
+MAX_SLOT_NODES: Final = CLUSTER_SLOTS * 16
 #: The largest key position or step ``COMMAND`` may give (Redis's own are below 10).
 MAX_KEY_POSITION: Final = 1024
 
@@ -44,16 +49,21 @@ def _refuse(what: str) -> redis.exceptions.InvalidResponse:
 def checked_slots(response: Any, **options: Any) -> Any:
     """A ``CLUSTER SLOTS`` reply as it came, once it is one a cluster can give: ranges within
     the hash slots, covering no more slots than there are, naming at most
-    :data:`MAX_CLUSTER_NODES` nodes."""
+    :data:`MAX_CLUSTER_NODES` nodes and listing at most :data:`MAX_SLOT_NODES` for its slots."""
     if not isinstance(response, list):
         raise _refuse("CLUSTER SLOTS")
-    slots, nodes = 0, set()
+    slots = slot_nodes = 0
+    nodes = set()
     for entry in response:
         if not (isinstance(entry, list) and len(entry) >= 3
                 and all(type(end) is int for end in entry[:2])
                 and 0 <= entry[0] <= entry[1] < CLUSTER_SLOTS):
             raise _refuse("CLUSTER SLOTS: a slot range")
         slots += entry[1] - entry[0] + 1
+        slot_nodes += (entry[1] - entry[0] + 1) * (len(entry) - 2)
+        if slot_nodes > MAX_SLOT_NODES:
+            raise _refuse(f"CLUSTER SLOTS: more than {MAX_SLOT_NODES // CLUSTER_SLOTS} nodes "
+                          "per slot")
         for node in entry[2:]:
             if not (isinstance(node, list) and len(node) >= 2):
                 raise _refuse("CLUSTER SLOTS: a node")
