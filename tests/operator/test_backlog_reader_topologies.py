@@ -4,12 +4,14 @@ or real.
 
 Aspects: a hostile cluster node answering ``CLUSTER SLOTS``, ``COMMAND`` or the depth script with
 array headers that make hiredis reserve tens of megabytes, or with a few bytes that make
-redis-py store a slot range of millions or list millions of key positions, reads as "no Redis"
-within a bounded memory while another JobQueue is read; so does a hostile Sentinel; a real
-three-node cluster and a real Sentinel group are read through the caps, their replies costing
-at most half of each. The eviction check asks the node holding the queue's slot alone: on a
-real cluster it warns for the queues of the evicting node and no other, and a hostile topology
-naming a hundred nodes gets one INFO and one connection for it.
+redis-py store a slot range of millions, list millions of key positions or slots times nodes,
+or keep thousands of commands, reads as "no Redis" within a bounded memory while another
+JobQueue is read; so does a hostile Sentinel; a real three-node cluster and a real Sentinel
+group are read through the caps, their replies costing at most half of each, and what a
+cluster JobQueue keeps at rest, real or hostile, is bounded. The eviction check asks the node
+holding the queue's slot alone: on a real cluster it warns for the queues of the evicting node
+and no other, and a hostile topology naming a hundred nodes gets one INFO and one connection for
+it.
 """
 
 from __future__ import annotations
@@ -62,8 +64,18 @@ def command_reply(last_key: int) -> bytes:
     return b"*1\r\n*6\r\n" + bulk(b"zrange") + b":-4\r\n*1\r\n+readonly\r\n:1\r\n:%d\r\n:1\r\n" % last_key
 
 
+def many_commands_reply(commands: int, *, flags: int = 0) -> bytes:
+    """COMMAND, listing ``commands`` keyless commands, each with ``flags`` flags, all named
+    apart (as strings of one character are not: Python shares those)."""
+    return b"*%d\r\n" % commands + b"".join(
+        b"*6\r\n" + bulk(b"c%07d" % n) + b":-1\r\n*%d\r\n" % flags
+        + b"".join(b"+f%d\r\n" % flag for flag in range(n * flags, (n + 1) * flags))
+        + b":0\r\n:0\r\n:0\r\n" for n in range(commands))
+
+
 def cluster_answers(port: int, hostile: str) -> dict[bytes, bytes]:
-    """What the hostile node answers: as a one-node cluster would, but for ``hostile``."""
+    """What the hostile node answers: as a one-node cluster would, but for ``hostile`` (if it
+    names a way)."""
     answers = {
         b"INFO": bulk(b"cluster_enabled:1\r\n"),  # redis-py 5 asks before CLUSTER SLOTS
         b"CLUSTER": slots_reply(port), b"COMMAND": command_reply(1),
@@ -76,10 +88,14 @@ def cluster_answers(port: int, hostile: str) -> dict[bytes, bytes]:
         answers[b"CLUSTER"] = replicated_slots_reply(port, 999)
     elif hostile == "command":
         answers[b"COMMAND"] = NESTED
+    elif hostile == "commands":
+        answers[b"COMMAND"] = many_commands_reply(4000)
+    elif hostile == "command-flags":
+        answers[b"COMMAND"] = many_commands_reply(1, flags=20000)
     elif hostile == "key-positions":
         answers[b"COMMAND"] = command_reply(1_000_000)
         answers[b"EVALSHA"] = b"*3\r\n:1\r\n:0\r\n:-2\r\n"  # the registry read: no workers
-    else:
+    elif hostile == "depth-script":
         answers[b"EVALSHA"] = NESTED
     return answers
 
@@ -113,6 +129,8 @@ async def read_beside_another_jobqueue(hostile_url: str, healthy_url: str, *,
     ("replicas", "CLUSTER SLOTS: more than 16 nodes per slot: not what a Redis Cluster answers"),
     ("command", f"costing more than {reply_cap.TOPOLOGY_CAP} bytes"),
     ("key-positions", "COMMAND: key positions: not what a Redis Cluster answers"),
+    ("commands", "COMMAND: more than 1024 commands or subcommands of one: not what a Redis"),
+    ("command-flags", "COMMAND: a list of more than 32 items: not what a Redis Cluster"),
     ("depth-script", f"costing more than {reply_cap.DEPTH_CAP} bytes"),
 ])
 async def test_a_hostile_cluster_node_reads_as_no_redis_in_bounded_memory(
@@ -172,7 +190,7 @@ async def read_all(url: str, costs: dict[reply_cap.Read, int], *, apart_cap: int
 
 async def test_a_real_cluster_is_read_through_the_caps(
         reply_costs: dict[reply_cap.Read, int]) -> None:
-    """Its topology (CLUSTER SLOTS and COMMAND: 1.4 MiB from Redis 7.0) under a cap of its own,
+    """Its topology (CLUSTER SLOTS and COMMAND: 2.1 MiB from Redis 7.0) under a cap of its own,
     the rest under the reads' caps."""
     with redis_cluster() as cluster:
         with connection.connect(cluster.url) as client:
@@ -187,6 +205,50 @@ async def test_a_real_sentinel_group_is_read_through_the_caps(
         with group.primary_client() as client:
             antre.Queue(client, "q").enqueue_many([("noop", {})] * 5)
         assert await read_all(group.url(), reply_costs, apart_cap=reply_cap.SENTINEL_CAP) == 5
+
+
+async def held_at_rest(url: str, *, jobqueues: int = 4) -> float:
+    """What each of ``jobqueues`` JobQueues at ``url`` keeps in memory once read (MiB): its
+    client, connections and topology, which live as long as the JobQueue."""
+    readers = [backlog.QueueReader(url, queue="q", prefix="antre", timeout_s=10)
+               for _ in range(jobqueues)]
+    gc.collect()
+    before = memory_mib()
+    try:
+        for reader in readers:
+            try:
+                reading = await reader.read()
+            except backlog.RedisReadError as exc:
+                raise AssertionError(exc.detail) from exc
+            assert isinstance(reading, backlog.Reading)
+        gc.collect()
+        return (memory_mib() - before) / jobqueues
+    finally:
+        for reader in readers:
+            await reader.close()
+
+
+async def test_what_a_cluster_jobqueue_keeps_at_rest_is_bounded() -> None:
+    """redis-py keeps a cluster's topology as long as the client: a map of the 16,384 slots to
+    their nodes and ``COMMAND``'s table. A hostile cluster keeps the most it can within the
+    checks and the cap (1,024 commands of 32 flags, each slot listed with 16 nodes); 8,000
+    commands kept 4-6 MiB per JobQueue before, and more now fail (the test above). The figures
+    docs/security.md gives, with room for the allocator."""
+    with redis_cluster() as cluster:
+        honest = await held_at_rest(cluster.url)
+    answers: dict[bytes, bytes] = {}
+    async with flooding_server(10, answers) as (port, _):
+        answers.update(cluster_answers(port, "no way"))
+        answers[b"CLUSTER"] = replicated_slots_reply(
+            port, capped_redis.MAX_SLOT_NODES // capped_redis.CLUSTER_SLOTS - 1)
+        answers[b"COMMAND"] = many_commands_reply(capped_redis.MAX_COMMANDS,
+                                                  flags=capped_redis.MAX_COMMAND_LIST)
+        assert reply_cap.cost(answers[b"COMMAND"]) < reply_cap.TOPOLOGY_CAP
+        hostile = await held_at_rest(f"redis+cluster://127.0.0.1:{port}")
+    print(f"kept per JobQueue: {honest:.1f} MiB of a real cluster, {hostile:.1f} MiB of a "
+          "hostile one")
+    assert honest < 4, honest
+    assert hostile < 6, hostile
 
 
 async def test_the_eviction_check_reads_the_node_holding_the_queue() -> None:
