@@ -21,13 +21,14 @@ answers (its costs measured by ``tests/operator/test_backlog_reader.py::
 test_what_redis_answers_costs_a_fraction_of_each_cap``):
 
 * the depth script (:data:`DEPTH_CAP`, 64 KiB): ten numbers and the stats Hash's counters,
-  5 KiB (8 KiB for a new connection's first read, its handshake and the script's load);
-* ``INFO memory`` (:data:`INFO_CAP`, 64 KiB): 1.4 KB in 52 lines, 7 KiB;
+  6 KiB (20 KiB for a new connection's first read: its handshake, two commands of which Redis
+  7.0 answers redis-py 8.1 with errors, and ``NOSCRIPT`` before the script's load);
+* ``INFO memory`` (:data:`INFO_CAP`, 64 KiB): 1.4 KB in 52 lines, 8 KiB;
 * the worker registry (:data:`REGISTRY_CAP`, 4 MiB): 1,000 workers whose pod names take all
   63 characters a pod's host name has, of a queue whose name takes all 128, 1.8 MiB;
-* the ids of at most 1,001 jobs in flight (:data:`IN_FLIGHT_IDS_CAP`, 1 MiB): 0.42 MiB at 128
+* the ids of at most 1,001 jobs in flight (:data:`IN_FLIGHT_IDS_CAP`, 1 MiB): 0.45 MiB at 128
   bytes each, the longest a job id may be;
-* the worker holding each of at most 1,000 of them (:data:`HOLDERS_CAP`, 1 MiB): 0.32 MiB.
+* the worker holding each of at most 1,000 of them (:data:`HOLDERS_CAP`, 1 MiB): 0.35 MiB.
 
 The last three are one read (:data:`IN_FLIGHT_CAP`): the registry is held while the rest is
 read. A read over its cap fails, as any answer that is not Redis's does, and its connection is
@@ -43,9 +44,10 @@ way, whose cap they would outgrow:
   redis-py keeps what it says as long as the client lives, outside every budget: the cap is
   about twice what Redis answers (it was 8 MiB, and a hostile cluster's 8,000 commands kept
   4-6 MiB per JobQueue; see :mod:`capped_redis` for what is kept now);
-* each reply of a Sentinel (:data:`SENTINEL_CAP`, 2 MiB), read by :class:`CappedSentinelParser`:
-  ``SENTINEL MASTERS``, which redis-py asks for the primary, 7.6 KiB per primary the Sentinel
-  watches (250 of them fit).
+* each reply of a Sentinel (:data:`SENTINEL_CAP`, 4 MiB), read by :class:`CappedSentinelParser`:
+  ``SENTINEL MASTERS``, which redis-py asks for the primary, 9.2 KiB per primary the Sentinel
+  watches: 440 of them fit (at 2 MiB, a Sentinel watching more than about 220 failed every
+  read).
 
 Reads also share :data:`SHARED_BYTES` for the part of their cost above :data:`FREE_BYTES`, so
 many reads at once (JobQueues of one author whose Redis answers just under a cap and never
@@ -90,7 +92,7 @@ IN_FLIGHT_IDS_CAP: Final = 1024 * 1024
 HOLDERS_CAP: Final = 1024 * 1024
 IN_FLIGHT_CAP: Final = REGISTRY_CAP + IN_FLIGHT_IDS_CAP + HOLDERS_CAP
 TOPOLOGY_CAP: Final = 5 * 1024 * 1024
-SENTINEL_CAP: Final = 2 * 1024 * 1024
+SENTINEL_CAP: Final = 4 * 1024 * 1024
 #: Replies read outside any read of the operator's (none are: a backstop, per reply).
 OTHER_CAP: Final = 64 * 1024
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import antre
 import pytest
+import redis.utils
 from antre import connection
 from antre.keys import QueueKeys
 from antre_operator import backlog, capped_redis, reply_cap
@@ -167,6 +168,44 @@ async def test_a_hostile_sentinel_reads_as_no_redis_in_bounded_memory(redis_url:
         assert backlog.NO_REDIS_MESSAGE in str(result), result
         assert f"costing more than {reply_cap.SENTINEL_CAP} bytes" in result.detail, result.detail
     assert grown < GROWTH_MIB, grown
+
+
+def sentinel_masters_reply(port: int, primaries: int) -> bytes:
+    """SENTINEL MASTERS from a Sentinel watching ``primaries`` primaries, the first the service
+    at 127.0.0.1:``port``, each entry as a Redis 7.0 Sentinel gives it (603 bytes, 82 lines): a
+    map in RESP3, which redis-py speaks by default from 6 on, a flat array in RESP2."""
+    resp3 = getattr(redis.utils, "DEFAULT_RESP_VERSION", 2) == 3
+    def entry(name: str) -> bytes:
+        fields = {"name": name, "ip": "127.0.0.1", "port": str(port),
+                  "runid": "6b701d9ead32613a0f69f9634efdb9321eb55933", "flags": "master",
+                  "link-pending-commands": "0", "link-refcount": "1", "last-ping-sent": "0",
+                  "last-ok-ping-reply": "72", "last-ping-reply": "72",
+                  "down-after-milliseconds": "1000", "info-refresh": "72",
+                  "role-reported": "master", "role-reported-time": "76", "config-epoch": "0",
+                  "num-slaves": "2", "num-other-sentinels": "2", "quorum": "2",
+                  "failover-timeout": "2000", "parallel-syncs": "2"}
+        header = b"%%%d\r\n" % len(fields) if resp3 else b"*%d\r\n" % (2 * len(fields))
+        return header + b"".join(
+            bulk(key.encode()) + bulk(value.encode()) for key, value in fields.items())
+    names = [SERVICE, *(f"other{n}" for n in range(1, primaries))]
+    return b"*%d\r\n" % primaries + b"".join(map(entry, names))
+
+
+async def test_a_sentinel_watching_hundreds_of_primaries_is_read(redis_url: str) -> None:
+    """Each primary a Sentinel watches costs 9 KiB of its SENTINEL MASTERS reply: under the
+    2 MiB cap there was, a Sentinel watching more than about 230 failed every read."""
+    reply = sentinel_masters_reply(int(redis_url.rsplit(":", 1)[1].split("/")[0]), 400)
+    assert reply_cap.cost(reply) > 2 * 1024 * 1024
+    async with flooding_server(10, {b"SENTINEL": reply}) as (port, _):
+        reader = backlog.QueueReader(f"redis+sentinel://127.0.0.1:{port}/{SERVICE}/0",
+                                     queue="q", prefix="antre", timeout_s=10)
+        try:
+            reading = await reader.read()
+        except backlog.RedisReadError as exc:
+            raise AssertionError(exc.detail) from exc
+        finally:
+            await reader.close()
+    assert isinstance(reading, backlog.Reading), reading
 
 
 async def read_all(url: str, costs: dict[reply_cap.Read, int], *, apart_cap: int) -> int:
