@@ -8,7 +8,7 @@ cap on memory, so the operator's connections read through :class:`CappedHiredisP
 charges each chunk before hiredis sees it with :func:`cost`, an estimate never below what the
 chunk can take once parsed: 2 bytes per byte (the bytes, then the strings made of them), 96 per
 line (the largest object hiredis makes for the shortest element, an empty array or map: a map of
-one entry in three lines took 229 bytes with hiredis 3.5 and 285 with 2.2.1, the floor), 8
+one entry in three lines took 229 bytes with hiredis 3.5 and 285 with 2.2.1), 8
 per element an array, set or push header declares, 256 more per set (an empty one took 224
 bytes with hiredis 2.2.1), and 768 more per error line and 32 more per byte of it: redis-py makes
 each error line an exception (337 bytes; 610 for a ``MOVED`` or ``ASK``, whose address it
@@ -38,12 +38,12 @@ Two reads of a JobQueue's client happen inside any of the above, whenever the cl
 them, and are reads of their own (``start(..., apart=True)``), not charged to the read under
 way, whose cap they would outgrow:
 
-* a cluster client's discovery of its nodes (:data:`TOPOLOGY_CAP`, 5 MiB): ``CLUSTER SLOTS``
+* a cluster client's discovery of its nodes (:data:`TOPOLOGY_CAP`, 8 MiB): ``CLUSTER SLOTS``
   and ``COMMAND`` (every command's key positions), 2.1 MiB from Redis 7.0 (1.7 MiB to redis-py
   5.0, which asks in RESP2: no sets), almost all of it ``COMMAND``'s 90 KB in 15,000 lines.
-  redis-py keeps what it says as long as the client lives, outside every budget: the cap is
-  about twice what Redis answers (it was 8 MiB, and a hostile cluster's 8,000 commands kept
-  4-6 MiB per JobQueue; see :mod:`capped_redis` for what is kept now);
+  redis-py keeps what it says as long as the client lives, outside every budget, so what
+  ``COMMAND`` may list is bounded (:mod:`capped_redis`); the cap leaves room for the commands
+  of modules (Redis 8 ships several, Redis Stack more), which a cluster here did not have;
 * each reply of a Sentinel (:data:`SENTINEL_CAP`, 4 MiB), read by :class:`CappedSentinelParser`:
   ``SENTINEL MASTERS``, which redis-py asks for the primary, 9.2 KiB per primary the Sentinel
   watches: 440 of them fit (at 2 MiB, a Sentinel watching more than about 220 failed every
@@ -91,7 +91,7 @@ REGISTRY_CAP: Final = 4 * 1024 * 1024
 IN_FLIGHT_IDS_CAP: Final = 1024 * 1024
 HOLDERS_CAP: Final = 1024 * 1024
 IN_FLIGHT_CAP: Final = REGISTRY_CAP + IN_FLIGHT_IDS_CAP + HOLDERS_CAP
-TOPOLOGY_CAP: Final = 5 * 1024 * 1024
+TOPOLOGY_CAP: Final = 8 * 1024 * 1024
 SENTINEL_CAP: Final = 4 * 1024 * 1024
 #: Replies read outside any read of the operator's (none are: a backstop, per reply).
 OTHER_CAP: Final = 64 * 1024
