@@ -432,6 +432,11 @@ def test_objects_anyone_labels_as_children_do_not_add_up_at_start(
                 assert status == 201, answer
             served.operator.stop(timeout_s=15)
             listing = cluster.audit.window()
+            # Ahead of the suite's other processes for the CPU: what is measured is what kopf
+            # keeps of objects it handled, not a backlog of events its workers had no CPU for
+            # (on a loaded 2-core machine those too took the peak up by 29 MiB for 40 more).
+            if served.operator.argv[0] != "nice":
+                served.operator.argv = ["nice", "-n", "-10", *served.operator.argv]
             served.restart_operator(tmp_path / f"operator-{count}.log")
             peaks[count] = peak_memory_once_listed(served, listing)
         figures.append(f"operator's peak at start with {STRANGERS_FEW} / {STRANGERS_MANY} labelled "
@@ -442,6 +447,10 @@ def test_objects_anyone_labels_as_children_do_not_add_up_at_start(
                             f"operator's peak at start {grown:.0f} MiB higher: {peaks}")
     finally:
         cluster.delete_namespace(namespace)
+        if served.operator.argv[0] == "nice":  # the module's other tests run it as it was
+            served.operator.stop(timeout_s=15)
+            served.operator.argv = served.operator.argv[3:]
+            served.restart_operator(tmp_path / "operator-after.log")
 
 
 def test_the_chart_grants_the_operator_no_verb_it_never_sends_on_jobqueues(
